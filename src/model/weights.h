@@ -1,0 +1,44 @@
+/* A linear layer's weight as the checkpoint stores it, and the tensor-name binding of a checkpoint. */
+#ifndef QRT_WEIGHTS_H
+#define QRT_WEIGHTS_H
+#include "io/config.h"
+#include "io/safetensors.h"
+
+typedef enum {
+    QRT_WF_F32 = 0,
+    QRT_WF_F16,
+    QRT_WF_BF16,
+    QRT_WF_COUNT
+} qrt_wformat;
+
+const char *qrt_wformat_name(qrt_wformat f);
+
+/* y[T][N] = x[T][K] · Wᵀ, W row-major [N][K] as PyTorch stores it. */
+typedef struct {
+    qrt_wformat fmt;
+    int64_t n, k;     /* N output features (rows), K input features */
+    const void *data; /* [N][K] elements of fmt, in the checkpoint's mapping */
+    const char *name; /* checkpoint tensor name, for messages */
+} qrt_linear;
+
+/* Bytes a matmul reads from this weight (what one decoded token costs). */
+uint64_t qrt_linear_bytes(const qrt_linear *w);
+
+/* Where a model's tensors come from: the checkpoint's files and the key prefix of its text model. */
+typedef struct {
+    const char *dir;
+    qrt_st_set st;
+    const char *prefix; /* "model.language_model." or "model." */
+} qrt_checkpoint;
+
+qrt_status qrt_checkpoint_open(qrt_checkpoint *ck, const char *dir);
+void qrt_checkpoint_close(qrt_checkpoint *ck);
+
+/* Find prefix+name; check it is a matrix [n, k] of a float dtype; fill w. */
+qrt_status qrt_bind_linear(qrt_checkpoint *ck, const char *name, int64_t n, int64_t k, qrt_linear *w);
+/* Find prefix+name holding exactly count elements (any shape with that many, e.g. [48] or [640, 1, 4]);
+ * write them as f32 to out, adding `add` to each (1 for the zero-centred RMSNorm weights). */
+qrt_status qrt_bind_vector(qrt_checkpoint *ck, const char *name, int64_t count, float add, float *out);
+/* Same, for names outside the text-model prefix ("lm_head.weight", "mtp.fc.weight"). */
+qrt_status qrt_bind_linear_abs(qrt_checkpoint *ck, const char *full_name, int64_t n, int64_t k, qrt_linear *w);
+#endif

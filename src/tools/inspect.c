@@ -1,0 +1,63 @@
+/* `qwenrt inspect DIR`: the config as qwenrt understood it, every tensor (dtype, shape, bytes), and the
+ * bytes read per decoded token. Lists the tensors even when the model itself fails to load, so it is the
+ * first thing to run on a checkpoint that will not load. */
+#include <string.h>
+
+#include "model/model.h"
+#include "tools/tools.h"
+
+static void print_config(const qrt_config *c, FILE *out) {
+    fprintf(out, "config: %s%s\n", c->model_type, c->multimodal ? " (text_config of a multimodal qwen3_5)" : "");
+    fprintf(out, "  vocab %d  hidden %d  intermediate %d  layers %d (%d full attention, %d Gated DeltaNet)\n", c->vocab,
+            c->hidden, c->intermediate, c->n_layers, c->n_full, c->n_layers - c->n_full);
+    fprintf(out, "  layer kinds: ");
+    for (int i = 0; i < c->n_layers; i++) fputc(c->layer_kind[i] == QRT_LAYER_FULL ? 'F' : 'L', out);
+    fprintf(out, "\n  attention: %d heads, %d kv heads, head_dim %d, rotary dims %d, rope_theta %g\n", c->n_heads,
+            c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);
+    fprintf(out, "  gated deltanet: %d key heads x %d, %d value heads x %d, conv kernel %d\n", c->gdn_k_heads,
+            c->gdn_dk, c->gdn_v_heads, c->gdn_dv, c->conv_kernel);
+    fprintf(out, "  rms_eps %g  tie_embeddings %d  mtp layers %d  eos", c->rms_eps, c->tie_embeddings, c->mtp_layers);
+    for (int i = 0; i < c->n_eos; i++) fprintf(out, " %d", c->eos[i]);
+    fprintf(out, "\n");
+}
+
+int qrt_tool_inspect(const char *dir, int json, FILE *out) {
+    (void)json;
+    qrt_config cfg;
+    if (qrt_config_load(dir, &cfg) != QRT_OK) {
+        fprintf(stderr, "qwenrt inspect: %s\n", qrt_last_error());
+        return 1;
+    }
+    print_config(&cfg, out);
+    qrt_st_set st;
+    if (qrt_st_open_dir(&st, dir) != QRT_OK) {
+        fprintf(stderr, "qwenrt inspect: %s\n", qrt_last_error());
+        return 1;
+    }
+    uint64_t total = 0;
+    fprintf(out, "\ntensors (%d in %d file%s):\n", st.n_tensors, st.n_files, st.n_files == 1 ? "" : "s");
+    for (int i = 0; i < st.n_tensors; i++) {
+        const qrt_st_tensor *t = &st.tensors[i];
+        char shape[128];
+        qrt_st_shape_str(t, shape, sizeof shape);
+        fprintf(out, "  %-64s %-8s %-18s %12llu\n", t->name, qrt_dtype_name(t->dtype), shape,
+                (unsigned long long)t->nbytes);
+        total += t->nbytes;
+    }
+    fprintf(out, "  total %.3f GB\n", total / 1e9);
+    qrt_st_close(&st);
+    qrt_model *m;
+    if (qrt_model_load(dir, NULL, &m) != QRT_OK) {
+        fprintf(stderr, "qwenrt inspect: the model does not load: %s\n", qrt_last_error());
+        return 1;
+    }
+    qrt_token_bytes b;
+    qrt_model_bytes(m, &b);
+    fprintf(out, "\nbytes read per decoded token:\n");
+    fprintf(out, "  weights        %14llu  (%.3f GB)\n", (unsigned long long)b.weights, b.weights / 1e9);
+    fprintf(out, "  norms/vectors  %14llu\n", (unsigned long long)b.vectors);
+    fprintf(out, "  GDN state r+w  %14llu\n", (unsigned long long)b.state);
+    fprintf(out, "  KV cache       %14llu per token of context\n", (unsigned long long)b.kv_per_ctx);
+    qrt_model_free(m);
+    return 0;
+}

@@ -1,0 +1,272 @@
+/* qwenrt: the command-line entry point. One function per subcommand; each parses its own flags and
+ * prints its own --help. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "tools/tools.h"
+
+static const char *usage_main =
+    "qwenrt: a C runtime for Qwen3.5/3.6 hybrid models (Gated DeltaNet + gated attention)\n"
+    "\n"
+    "usage: qwenrt COMMAND [options]    (qwenrt COMMAND --help for its options)\n"
+    "\n"
+    "commands:\n"
+    "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token\n"
+    "  logits          logits of a token sequence as JSON (for checking against a reference)\n"
+    "  generate        greedy generation from token ids\n"
+    "\n"
+    "DIR is a Hugging Face checkpoint folder: config.json and model.safetensors (or shards listed in\n"
+    "model.safetensors.index.json), read in place.\n";
+
+static const char *usage_logits =
+    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N]\n"
+    "\n"
+    "Runs the ids through the model in one call and prints the logits after the last token and after\n"
+    "every position named by --pos (0-based indices into --ids).\n"
+    "  --json     {\"positions\": [p...], \"argmax\": [one per position], \"logits\": {\"<p>\": [V floats]}}\n"
+    "             (default: one line per position with its argmax and top logit)\n";
+
+static const char *usage_generate =
+    "usage: qwenrt generate -m DIR --ids 1,2,3 [-n 32] [--json] [--ctx N] [--threads N] [--no-eos]\n"
+    "\n"
+    "Greedy decoding: prefill the ids, then generate -n tokens (stopping early at the model's eos token\n"
+    "unless --no-eos).\n"
+    "  --json     {\"tokens\": [ids], \"n_prompt\": n, \"prefill_ms\": x, \"decode_ms\": y, \"decode_tok_s\": z}\n"
+    "  --ctx N    session context in tokens (default: prompt + n)\n"
+    "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
+    "token; decode tok/s = (n_new - 1) / decode_ms * 1000.\n";
+
+static const char *usage_inspect = "usage: qwenrt inspect DIR\n";
+
+static int die(const char *cmd, const char *msg) {
+    fprintf(stderr, "qwenrt %s: %s\n", cmd, msg);
+    return 1;
+}
+
+/* "1,2,3" → ids. Returns the count or -1 with a message. */
+static int parse_ids(const char *cmd, const char *flag, const char *s, int32_t **out) {
+    int cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *ids = calloc((size_t)cap, sizeof *ids);
+    if (!ids) return -1;
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "qwenrt %s: %s: '%s' is not a comma-separated list of non-negative integers\n", cmd, flag, s);
+            free(ids);
+            return -1;
+        }
+        ids[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) {
+        fprintf(stderr, "qwenrt %s: %s is empty\n", cmd, flag);
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+static int parse_int(const char *cmd, const char *flag, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "qwenrt %s: %s expects an integer in [%d, %d], got '%s'\n", cmd, flag, lo, hi, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+typedef struct {
+    const char *model;
+    const char *ids, *pos;
+    int n, json, threads, ctx, no_eos, help;
+} args;
+
+/* Shared flag parser for the model commands; unknown flags are errors. */
+static int parse_args(const char *cmd, int argc, char **argv, args *a) {
+    memset(a, 0, sizeof *a);
+    a->n = 32;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1, takes = 0;
+        else if (!strcmp(f, "--json")) a->json = 1, takes = 0;
+        else if (!strcmp(f, "--no-eos")) a->no_eos = 1, takes = 0;
+        else if (!v) {
+            fprintf(stderr, "qwenrt %s: %s needs a value (or is unknown; see --help)\n", cmd, f);
+            return 0;
+        } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--ids")) a->ids = v;
+        else if (!strcmp(f, "--pos")) a->pos = v;
+        else if (!strcmp(f, "-n")) {
+            if (!parse_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
+        } else if (!strcmp(f, "--threads")) {
+            if (!parse_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
+        } else if (!strcmp(f, "--ctx")) {
+            if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
+        } else {
+            fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
+            return 0;
+        }
+        i += takes;
+    }
+    return 1;
+}
+
+static qrt_model *load_model(const char *cmd, const args *a) {
+    if (!a->model) {
+        fprintf(stderr, "qwenrt %s: no model given; pass -m DIR (a Hugging Face checkpoint folder)\n", cmd);
+        return NULL;
+    }
+    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1};
+    qrt_model *m;
+    if (qrt_model_load(a->model, &opts, &m) != QRT_OK) {
+        fprintf(stderr, "qwenrt %s: %s\n", cmd, qrt_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+static int cmd_logits(int argc, char **argv) {
+    args a;
+    if (!parse_args("logits", argc, argv, &a)) return 2;
+    if (a.help) return fputs(usage_logits, stdout), 0;
+    if (!a.ids) return die("logits", "no input; pass --ids 1,2,3");
+    int32_t *ids = NULL, *pos = NULL;
+    int n = parse_ids("logits", "--ids", a.ids, &ids), n_pos = 0;
+    if (n < 0) return 2;
+    if (a.pos && (n_pos = parse_ids("logits", "--pos", a.pos, &pos)) < 0) return free(ids), 2;
+    /* the positions asked for plus the last, sorted, each once */
+    int32_t *rows = calloc((size_t)n_pos + 1, sizeof *rows);
+    int n_rows = 0;
+    for (int p = 0; p <= n - 1; p++) {
+        int want = p == n - 1;
+        for (int i = 0; i < n_pos && !want; i++) want = pos[i] == p;
+        if (want) rows[n_rows++] = p;
+    }
+    for (int i = 0; i < n_pos; i++)
+        if (pos[i] >= n) {
+            fprintf(stderr, "qwenrt logits: --pos %d is past the last of the %d ids\n", pos[i], n);
+            free(ids), free(pos), free(rows);
+            return 2;
+        }
+    qrt_model *m = load_model("logits", &a);
+    int rc = 1;
+    qrt_session *s = NULL;
+    float *logits = NULL;
+    if (m && qrt_session_new(m, n, &s) == QRT_OK) {
+        const int32_t V = qrt_model_vocab(m);
+        logits = calloc((size_t)n_rows * V, sizeof(float));
+        if (logits && qrt_forward(s, ids, n, rows, n_rows, logits) == QRT_OK) {
+            rc = 0;
+            if (a.json) {
+                printf("{\"positions\": [");
+                for (int i = 0; i < n_rows; i++) printf("%s%d", i ? ", " : "", rows[i]);
+                printf("], \"argmax\": [");
+                for (int i = 0; i < n_rows; i++) printf("%s%d", i ? ", " : "", qrt_argmax(logits + (size_t)i * V, V));
+                printf("], \"logits\": {");
+                for (int i = 0; i < n_rows; i++) {
+                    printf("%s\"%d\": [", i ? ", " : "", rows[i]);
+                    for (int32_t v = 0; v < V; v++) printf("%s%.9g", v ? ", " : "", logits[(size_t)i * V + v]);
+                    printf("]");
+                }
+                printf("}}\n");
+            } else {
+                for (int i = 0; i < n_rows; i++) {
+                    int32_t best = qrt_argmax(logits + (size_t)i * V, V);
+                    printf("pos %d  argmax %d  logit %.6f\n", rows[i], best, logits[(size_t)i * V + best]);
+                }
+            }
+        }
+    }
+    if (m && rc) fprintf(stderr, "qwenrt logits: %s\n", qrt_last_error());
+    free(logits);
+    qrt_session_free(s);
+    qrt_model_free(m);
+    free(ids), free(pos), free(rows);
+    return rc;
+}
+
+static int print_token(int32_t id, void *user) {
+    int *count = user;
+    if (*count) printf(" ");
+    printf("%d", id);
+    fflush(stdout);
+    ++*count;
+    return 0;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    args a;
+    if (!parse_args("generate", argc, argv, &a)) return 2;
+    if (a.help) return fputs(usage_generate, stdout), 0;
+    if (!a.ids) return die("generate", "no prompt; pass --ids 1,2,3");
+    int32_t *ids = NULL;
+    int n = parse_ids("generate", "--ids", a.ids, &ids);
+    if (n < 0) return 2;
+    qrt_model *m = load_model("generate", &a);
+    qrt_session *s = NULL;
+    int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
+    int rc = 1, printed = 0;
+    int ctx = a.ctx ? a.ctx : n + a.n;
+    if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
+        qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .on_token = a.json ? NULL : print_token,
+                           .user = &printed};
+        qrt_gen_stats gs;
+        if (qrt_generate(s, ids, n, &go, out, &gs) == QRT_OK) {
+            rc = 0;
+            double tps = gs.n_new > 1 && gs.decode_ms > 0 ? (gs.n_new - 1) / gs.decode_ms * 1e3 : 0;
+            if (a.json) {
+                printf("{\"tokens\": [");
+                for (int i = 0; i < gs.n_new; i++) printf("%s%d", i ? ", " : "", out[i]);
+                printf("], \"n_prompt\": %d, \"n_new\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
+                       "\"decode_tok_s\": %.2f}\n", gs.n_prompt, gs.n_new, gs.prefill_ms, gs.decode_ms, tps);
+            } else {
+                printf("\n");
+                fprintf(stderr, "prompt %d tokens, prefill %.1f ms; %d new tokens, decode %.1f ms (%.2f tok/s)\n",
+                        gs.n_prompt, gs.prefill_ms, gs.n_new, gs.decode_ms, tps);
+            }
+        }
+    }
+    if (m && rc) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
+    qrt_session_free(s);
+    qrt_model_free(m);
+    free(ids);
+    free(out);
+    return rc;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) return fputs(usage_inspect, stdout), 0;
+    if (argc != 1) {
+        fputs(usage_inspect, stderr);
+        return 2;
+    }
+    return qrt_tool_inspect(argv[0], 0, stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_main, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
+    return 2;
+}
