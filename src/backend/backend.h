@@ -11,8 +11,14 @@ typedef struct qrt_backend {
     void *(*alloc)(size_t bytes); /* zeroed; NULL + qrt_fail on failure */
     void (*free)(void *p);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory */
+    void (*zero)(void *p, size_t bytes);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);   /* host → backend memory */
+    void (*download)(void *host_dst, const void *src, size_t bytes); /* backend memory → host */
+    /* Called once per weight at load: move it into backend memory in the layout the backend's matmul wants
+     * (the CPU reads the checkpoint's mapping in place and does nothing). */
+    qrt_status (*prepare_linear)(qrt_linear *w);
 
-    /* out[t] = f32(E[ids[t]]) for a [V][D] embedding table. */
+    /* out[t] = f32(E[ids[t]]) for a [V][D] embedding table; ids is host memory. */
     void (*embed)(const qrt_linear *E, const int32_t *ids, int T, float *out /* [T][D] */);
     /* y = x · Wᵀ */
     void (*matmul)(const qrt_linear *W, const float *x /* [T][K] */, int T, float *y /* [T][N] */);
@@ -25,11 +31,11 @@ typedef struct qrt_backend {
      * and is advanced by the T new ones. */
     void (*conv1d_silu)(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */, const float *w /* [ch][Ck] */,
                         int T, int ch, int Ck, float *y /* [T][ch] */);
-    /* Gated DeltaNet core for T tokens from state S. q,k: [T][Hk][Dk] raw (l2-normalised and scaled inside);
-     * v: [T][Hv][Dv]; a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv]. Writes o [T][Hv][Dv] and
-     * advances S [Hv][Dk][Dv]. chunked selects the chunked (prefill) form over the recurrence. */
-    void (*gdn)(const float *q, const float *k, const float *v, const float *a, const float *b, const float *A_log,
-                const float *dt_bias, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
+    /* Gated DeltaNet core for T tokens from state S. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv output, q and k
+     * raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv]. Writes
+     * o [T][Hv][Dv] and advances S [Hv][Dk][Dv]. chunked selects the chunked (prefill) form. */
+    void (*gdn)(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
+                int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
     /* Rotate-half RoPE on the first R dims of each head, token t at position pos0 + t. */
     void (*rope)(float *x /* [T][H][Dh] */, int T, int H, int Dh, int R, double theta, int pos0);
     /* Causal GQA attention of T queries at positions pos0.. over a cache holding pos0 + T entries.

@@ -75,6 +75,29 @@ static size_t layer_vector_floats(const qrt_model *m, int i) {
     return n;
 }
 
+static float *rebase(float *p, const float *host, float *dev) { return p ? dev + (p - host) : NULL; }
+
+/* Hand every weight to the backend and move the f32 vectors into backend memory. */
+static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats) {
+    const qrt_backend *be = m->be;
+    QRT_TRY(be->prepare_linear(&m->embed));
+    if (m->lm_head.data != m->embed.data) QRT_TRY(be->prepare_linear(&m->lm_head));
+    else m->lm_head = m->embed;
+    be->upload(m->vectors, host, floats * sizeof(float));
+    m->final_norm = rebase(m->final_norm, host, m->vectors);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        qrt_layer *l = &m->layers[i];
+        qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
+                             &l->q, &l->k, &l->v, &l->o};
+        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
+            if (lin[j]->data) QRT_TRY(be->prepare_linear(lin[j]));
+        float **vec[] = {&l->conv_w, &l->A_log, &l->dt_bias, &l->gdn_norm, &l->q_norm, &l->k_norm, &l->in_norm,
+                         &l->post_norm};
+        for (size_t j = 0; j < sizeof vec / sizeof vec[0]; j++) *vec[j] = rebase(*vec[j], host, m->vectors);
+    }
+    return QRT_OK;
+}
+
 /* Touch every weight page once so the first token does not pay for page faults, with a progress bar. */
 static void prefault(const qrt_model *m, int show) {
     uint64_t total = 0;
@@ -115,8 +138,11 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
     size_t floats = (size_t)c->hidden;
     for (int i = 0; i < c->n_layers; i++) floats += layer_vector_floats(m, i);
     m->layers = qrt_calloc((size_t)c->n_layers, sizeof *m->layers);
-    m->host_vectors = m->layers ? qrt_calloc(floats, sizeof(float)) : NULL;
-    if (!m->host_vectors) st = QRT_ERR_MEMORY;
+    /* Vectors are widened to f32 in host memory, then uploaded into one backend allocation; the bound
+     * pointers are rebased onto it at the end. */
+    float *host = m->layers ? qrt_calloc(floats, sizeof(float)) : NULL;
+    m->vectors = host ? m->be->alloc(floats * sizeof(float)) : NULL;
+    if (!m->vectors) st = QRT_ERR_MEMORY;
     if (st == QRT_OK) {
         char full[256];
         snprintf(full, sizeof full, "%sembed_tokens.weight", m->ck.prefix);
@@ -133,15 +159,17 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
     }
     size_t off = 0;
     if (st == QRT_OK) {
-        m->final_norm = m->host_vectors;
+        m->final_norm = host;
         st = qrt_bind_vector(&m->ck, "norm.weight", c->hidden, 1.0f, m->final_norm);
         off = (size_t)c->hidden;
     }
     for (int i = 0; i < c->n_layers && st == QRT_OK; i++) {
         size_t used = 0;
-        st = bind_layer(m, i, m->host_vectors + off, &used);
+        st = bind_layer(m, i, host + off, &used);
         off += used;
     }
+    if (st == QRT_OK) st = prepare_weights(m, host, floats);
+    free(host);
     if (st != QRT_OK) {
         qrt_model_free(m);
         return st;
@@ -155,7 +183,7 @@ void qrt_model_free(qrt_model *m) {
     if (!m) return;
     qrt_checkpoint_close(&m->ck);
     free(m->layers);
-    free(m->host_vectors);
+    if (m->vectors) m->be->free(m->vectors);
     free(m);
 }
 
@@ -196,7 +224,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     s->kv_v = qrt_calloc((size_t)L, sizeof(float *));
     s->gdn_S = qrt_calloc((size_t)L, sizeof(float *));
     s->conv_state = qrt_calloc((size_t)L, sizeof(float *));
-    int n_pieces = 4 * L + 22;
+    int n_pieces = 4 * L + 20;
     carve *cv = qrt_calloc((size_t)n_pieces, sizeof *cv);
     if (!s->kv_k || !s->kv_v || !s->gdn_S || !s->conv_state || !cv) {
         free(cv);
@@ -205,7 +233,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     }
     const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
     const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
-    const size_t kdim = (size_t)c->gdn_k_heads * c->gdn_dk, qdim = (size_t)c->n_heads * Dh;
+    const size_t qdim = (size_t)c->n_heads * Dh;
     int n = 0;
     for (int i = 0; i < L; i++) {
         int full = c->layer_kind[i] == QRT_LAYER_FULL;
@@ -217,11 +245,11 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     qrt_scratch *sc = &s->sc;
     const carve scratch[] = {
         {&sc->h, T * D},        {&sc->x, T * D},          {&sc->y, T * D},       {&sc->mixed, T * m->conv_dim},
-        {&sc->conv, T * m->conv_dim}, {&sc->q, T * kdim}, {&sc->k, T * kdim},    {&sc->v, T * vdim},
+        {&sc->conv, T * m->conv_dim},
         {&sc->z, T * vdim},     {&sc->a, T * c->gdn_v_heads}, {&sc->b, T * c->gdn_v_heads}, {&sc->core, T * vdim},
         {&sc->qg, T * 2 * qdim}, {&sc->aq, T * qdim},     {&sc->agate, T * qdim}, {&sc->ak, T * kvrow},
         {&sc->av, T * kvrow},   {&sc->attn, T * qdim},    {&sc->mg, T * F},      {&sc->mu, T * F},
-        {&sc->hrow, D},
+        {&sc->hrow, D},         {&sc->logits, (size_t)c->vocab},
     };
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) cv[n++] = scratch[i];
     QRT_ASSERT(n <= n_pieces);
@@ -255,8 +283,8 @@ void qrt_session_reset(qrt_session *s) {
     s->pos = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
-        memset(s->gdn_S[i], 0, sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
-        memset(s->conv_state[i], 0, sizeof(float) * (c->conv_kernel - 1) * s->m->conv_dim);
+        s->m->be->zero(s->gdn_S[i], sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
+        s->m->be->zero(s->conv_state[i], sizeof(float) * (c->conv_kernel - 1) * s->m->conv_dim);
     }
 }
 
@@ -273,23 +301,16 @@ static void gdn_block(qrt_session *s, int li, int T) {
     const qrt_layer *l = &m->layers[li];
     qrt_scratch *sc = &s->sc;
     const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv;
-    const int kdim = Hk * Dk, vdim = Hv * Dv, cd = m->conv_dim;
+    const int cd = m->conv_dim;
     be->matmul(&l->in_qkv, sc->x, T, sc->mixed);
     be->matmul(&l->in_z, sc->x, T, sc->z);
     be->matmul(&l->in_b, sc->x, T, sc->b);
     be->matmul(&l->in_a, sc->x, T, sc->a);
     be->conv1d_silu(sc->mixed, s->conv_state[li], l->conv_w, T, cd, c->conv_kernel, sc->conv);
-    /* split conv rows [q | k | v] into contiguous per-token arrays */
-    for (int t = 0; t < T; t++) {
-        const float *row = sc->conv + (size_t)t * cd;
-        be->copy(sc->q + (size_t)t * kdim, row, sizeof(float) * kdim);
-        be->copy(sc->k + (size_t)t * kdim, row + kdim, sizeof(float) * kdim);
-        be->copy(sc->v + (size_t)t * vdim, row + 2 * kdim, sizeof(float) * vdim);
-    }
     /* HF takes the chunked form for any T > 1 without a cache; we take it only when the prompt piece is
      * long enough for it to pay, and the recurrence otherwise. The two agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(sc->q, sc->k, sc->v, sc->a, sc->b, l->A_log, l->dt_bias, s->gdn_S[li], T, Hk, Hv, Dk, Dv, chunked,
+    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, s->gdn_S[li], T, Hk, Hv, Dk, Dv, chunked,
             sc->core);
     be->rmsnorm_gated(sc->core, sc->z, l->gdn_norm, T * Hv, Dv, c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
@@ -357,7 +378,8 @@ static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32
     }
     for (int i = 0; i < n_rows; i++) {
         be->rmsnorm(sc->h + (size_t)rows[i] * D, m->final_norm, 1, (int)D, c->rms_eps, sc->hrow);
-        be->matmul(&m->lm_head, sc->hrow, 1, outs[i]);
+        be->matmul(&m->lm_head, sc->hrow, 1, sc->logits);
+        be->download(outs[i], sc->logits, sizeof(float) * c->vocab);
     }
     s->pos += T;
 }

@@ -39,7 +39,7 @@ struct qrt_model {
     qrt_linear lm_head;  /* [V, D]; the embedding when tied */
     float *final_norm;   /* [D], 1 + w */
     qrt_layer *layers;   /* [L] */
-    float *host_vectors; /* one allocation holding every f32 vector above */
+    float *vectors;      /* one backend allocation holding every f32 vector above */
     int conv_dim;        /* 2·Hk·Dk + Hv·Dv */
 };
 
@@ -50,7 +50,6 @@ typedef struct {
     float *y;        /* [T][D] block output */
     float *mixed;    /* [T][conv_dim] in_proj_qkv output (pre-conv) */
     float *conv;     /* [T][conv_dim] after conv + SiLU: q | k | v */
-    float *q, *k, *v;/* [T][Hk·Dk], [T][Hk·Dk], [T][Hv·Dv] split of conv */
     float *z;        /* [T][Hv·Dv] */
     float *a, *b;    /* [T][Hv] */
     float *core;     /* [T][Hv·Dv] GDN output, then normed */
@@ -61,6 +60,7 @@ typedef struct {
     float *attn;     /* [T][Hq·Dh] */
     float *mg, *mu;  /* [T][F] gate, up */
     float *hrow;     /* [D] final-normed row for a logits request */
+    float *logits;   /* [V] logits of that row, before download */
 } qrt_scratch;
 
 struct qrt_session {

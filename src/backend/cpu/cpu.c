@@ -14,6 +14,8 @@ void qrt_cpu_set_threads(int n) {
 static void *cpu_alloc(size_t bytes) { return qrt_alloc_aligned(bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static qrt_status cpu_prepare_linear(qrt_linear *w) { return QRT_OK; }
 
 /* Widen n elements of a weight row to f32. */
 static void row_to_f32(qrt_wformat fmt, const void *row, int64_t off, int64_t n, float *out) {
@@ -138,14 +140,23 @@ static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); 
 
 /* Token t of head j: normalised q (scaled by 1/sqrt(Dk)), k, and the decay g and step β. */
 typedef struct {
-    const float *q, *k, *v, *a, *b, *A_log, *dt_bias;
+    const float *qkv, *a, *b, *A_log, *dt_bias;
     int Hk, Hv, Dk, Dv;
+    size_t row; /* floats per token in qkv */
 } gdn_in;
+
+static const float *gdn_q(const gdn_in *in, int t, int kh) { return in->qkv + t * in->row + (size_t)kh * in->Dk; }
+static const float *gdn_k(const gdn_in *in, int t, int kh) {
+    return gdn_q(in, t, kh) + (size_t)in->Hk * in->Dk;
+}
+static const float *gdn_v(const gdn_in *in, int t, int j) {
+    return in->qkv + t * in->row + 2 * (size_t)in->Hk * in->Dk + (size_t)j * in->Dv;
+}
 
 static void gdn_token(const gdn_in *in, int t, int j, float *q, float *k, float *g, float *beta) {
     int kh = j / (in->Hv / in->Hk); /* v-head j reads k-head j // (Hv/Hk): grouped, not tiled */
-    l2norm_scaled(in->q + ((size_t)t * in->Hk + kh) * in->Dk, in->Dk, 1.0f / sqrtf((float)in->Dk), q);
-    l2norm_scaled(in->k + ((size_t)t * in->Hk + kh) * in->Dk, in->Dk, 1.0f, k);
+    l2norm_scaled(gdn_q(in, t, kh), in->Dk, 1.0f / sqrtf((float)in->Dk), q);
+    l2norm_scaled(gdn_k(in, t, kh), in->Dk, 1.0f, k);
     float a = in->a[(size_t)t * in->Hv + j], b = in->b[(size_t)t * in->Hv + j];
     *g = -expf(in->A_log[j]) * softplus(a + in->dt_bias[j]);
     *beta = sigmoid(b);
@@ -158,7 +169,7 @@ static void gdn_recurrent_head(const gdn_in *in, int j, int T, float *S, float *
     for (int t = 0; t < T; t++) {
         float g, beta;
         gdn_token(in, t, j, q, k, &g, &beta);
-        const float *v = in->v + ((size_t)t * in->Hv + j) * Dv;
+        const float *v = gdn_v(in, t, j);
         float decay = expf(g);
         for (int i = 0; i < Dk * Dv; i++) S[i] *= decay;
         for (int c = 0; c < Dv; c++) delta[c] = 0;
@@ -195,7 +206,7 @@ static void gdn_chunk_head(const gdn_in *in, int j, int T, float *S, float *o, f
             cum += g;
             gam[i] = cum;
             beta[i] = b;
-            for (int c = 0; c < Dv; c++) U[i * Dv + c] = i < n ? b * in->v[((size_t)(c0 + i) * in->Hv + j) * Dv + c] : 0;
+            for (int c = 0; c < Dv; c++) U[i * Dv + c] = i < n ? b * gdn_v(in, c0 + i, j)[c] : 0;
             float eg = expf(gam[i]);
             for (int d = 0; d < Dk; d++) W[i * Dk + d] = b * eg * K[i * Dk + d];
         }
@@ -254,11 +265,10 @@ static size_t gdn_chunk_ws_floats(int Dk, int Dv) {
     return C * Dk * 3 + C * Dv * 2 + C * C * 2 + 2 * C;
 }
 
-static void cpu_gdn(const float *q, const float *k, const float *v, const float *a, const float *b,
-                    const float *A_log, const float *dt_bias, float *S, int T, int Hk, int Hv, int Dk, int Dv,
-                    int chunked, float *o) {
+static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
     QRT_ASSERT(Dk <= GDN_MAX_D && Dv <= GDN_MAX_D);
-    gdn_in in = {q, k, v, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv};
+    gdn_in in = {qkv, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv, 2 * (size_t)Hk * Dk + (size_t)Hv * Dv};
     size_t wsn = gdn_chunk_ws_floats(Dk, Dv);
 #pragma omp parallel
     {
@@ -342,6 +352,10 @@ static const qrt_backend cpu_backend = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,
+    .zero = cpu_zero,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .prepare_linear = cpu_prepare_linear,
     .embed = cpu_embed,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
