@@ -224,8 +224,7 @@ static int ends_with(const char *s, const char *suffix) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-qrt_status qrt_st_open_dir(qrt_st_set *set, const char *dir) {
-    memset(set, 0, sizeof *set);
+static qrt_status open_dir(qrt_st_set *set, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (file_exists(path)) return open_index(set, dir, path);
@@ -249,6 +248,14 @@ qrt_status qrt_st_open_dir(qrt_st_set *set, const char *dir) {
         if (st == QRT_OK) st = qrt_st_add_file(set, path);
         free(names[i]);
     }
+    return st;
+}
+
+/* On failure nothing stays open. */
+qrt_status qrt_st_open_dir(qrt_st_set *set, const char *dir) {
+    memset(set, 0, sizeof *set);
+    qrt_status st = open_dir(set, dir);
+    if (st != QRT_OK) qrt_st_close(set);
     return st;
 }
 

@@ -20,8 +20,6 @@
 /* Record a failure message for qrt_last_error() and return st, so callers write
  * `return qrt_fail(QRT_ERR_FORMAT, "%s: header length %llu exceeds the file size", path, n);` */
 qrt_status qrt_fail(qrt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prefix the current message with more context ("loading foo: <old message>"). Returns st. */
-qrt_status qrt_fail_prefix(qrt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void qrt_clear_error(void);
 
 /* Allocation that never returns NULL silently: on failure it records QRT_ERR_MEMORY and returns NULL. */

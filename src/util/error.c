@@ -34,17 +34,6 @@ qrt_status qrt_fail(qrt_status st, const char *fmt, ...) {
     return st;
 }
 
-qrt_status qrt_fail_prefix(qrt_status st, const char *fmt, ...) {
-    char prefix[1024], old[sizeof last_error];
-    memcpy(old, last_error, sizeof old);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
-    return st;
-}
-
 void *qrt_calloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) qrt_fail(QRT_ERR_MEMORY, "out of memory allocating %zu x %zu bytes", n, size);

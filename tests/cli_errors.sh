@@ -1,0 +1,36 @@
+#!/bin/sh
+# The CLI on bad input: each case must exit with status 1 or 2 (never a signal, never 0) and print a
+# message on stderr; the good cases must exit 0.
+q=$1 data=$2 fails=0
+expect_error() {
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then echo "FAIL (exit $rc): $*"; fails=$((fails+1)); return; fi
+    if [ -z "$err" ]; then echo "FAIL (no message): $*"; fails=$((fails+1)); return; fi
+    echo "ok ($rc): $* -> $(echo "$err" | head -n1)"
+}
+expect_ok() {
+    if ! "$@" >/dev/null 2>&1; then echo "FAIL (should succeed): $*"; fails=$((fails+1)); else echo "ok: $*"; fi
+}
+expect_error "$q"
+expect_error "$q" frobnicate
+expect_error "$q" generate --ids 1,2
+expect_error "$q" generate -m /nonexistent --ids 1,2
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1,x,2
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1,,2
+expect_error "$q" generate -m "$data/tiny-mm" --ids 99999999
+expect_error "$q" generate -m "$data/tiny-mm" --ids 5000
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1 -n -3
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1 --bogus
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1,2,3 --ctx 2
+expect_error "$q" generate -m "$data/tiny-mm" --ids
+expect_error "$q" logits -m "$data/tiny-mm" --ids 1,2 --pos 7
+expect_error "$q" inspect /nonexistent
+expect_error "$q" inspect
+expect_ok "$q" --help
+expect_ok "$q" generate --help
+expect_ok "$q" logits --help
+expect_ok "$q" inspect "$data/tiny-flat"
+expect_ok "$q" generate -m "$data/tiny-flat" --ids 1,2,3 -n 4 --json
+expect_ok "$q" logits -m "$data/tiny-tied" --ids 1,2,3 --pos 0 --json
+[ $fails -eq 0 ] && echo "cli_errors: all passed" || echo "cli_errors: $fails failed"
+exit $fails
