@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: release build + CPU tests, the same tests under AddressSanitizer +
+# UBSan, the libFuzzer targets for a short while (clang), and a compile of the CUDA backend when nvcc is
+# present (tests that need a GPU skip themselves on machines without one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fuzz_seconds=${QRT_FUZZ_SECONDS:-30}
+
+echo "== release build + tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UBSan build + CPU tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQRT_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -L cpu -j"$jobs"
+
+if command -v clang >/dev/null; then
+    echo "== libFuzzer targets, ${fuzz_seconds}s each"
+    CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DQRT_FUZZ=ON >/dev/null
+    cmake --build build-fuzz -j"$jobs"
+    corpus=$(mktemp -d)
+    cp tests/data/tiny-*/config.json "$corpus/" 2>/dev/null || true
+    for f in tests/data/tiny-*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done
+    head -c 16384 tests/data/tiny-mm/model.safetensors >"$corpus/st_header"
+    for t in build-fuzz/bin/fuzz_*; do
+        "$t" -max_total_time="$fuzz_seconds" -max_len=32768 "$corpus" 2>&1 | tail -n 1
+    done
+    rm -rf "$corpus"
+else
+    echo "== clang not found: libFuzzer targets skipped"
+fi
+
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    if grep -q QRT_CUDA CMakeLists.txt && [ -d src/backend/cuda ] && ls src/backend/cuda/*.cu >/dev/null 2>&1; then
+        echo "== CUDA backend compile check"
+        PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON >/dev/null
+        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda -j"$jobs"
+        ctest --test-dir build-cuda --output-on-failure -L gpu -j1
+    fi
+fi
+echo "== all tests passed"
