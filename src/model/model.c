@@ -12,88 +12,124 @@
 /* ---------------------------------------------------------------------------------------------------
  * Loading */
 
-/* Bind the tensors of layer i (both kinds share norms and MLP). vec is where its f32 vectors go;
- * returns the number of floats used through *used. */
-static qrt_status bind_layer(qrt_model *m, int i, float *vec, size_t *used) {
+/* Where one layer's f32 vectors go while binding: a host buffer filled front to back. */
+typedef struct {
+    float *base;
+    size_t used;
+} vec_cursor;
+
+/* Bind the tensors of one decoder layer named prefix + "...", e.g. "model.layers.3." or "mtp.layers.0.". */
+static qrt_status bind_layer(qrt_model *m, qrt_layer *l, qrt_layer_kind kind, const char *prefix, vec_cursor *vc) {
     const qrt_config *c = &m->cfg;
-    qrt_layer *l = &m->layers[i];
     qrt_checkpoint *ck = &m->ck;
-    char n[256];
-    size_t off = 0;
-#define VEC(field, name_fmt, count, add)                                        \
+    char n[512];
+#define VEC(field, suffix, count, add)                                          \
     do {                                                                        \
-        snprintf(n, sizeof n, name_fmt, i);                                     \
-        l->field = vec + off;                                                   \
-        QRT_TRY(qrt_bind_vector(ck, n, (count), (add), l->field));              \
-        off += (size_t)(count);                                                 \
+        snprintf(n, sizeof n, "%s%s", prefix, suffix);                          \
+        l->field = vc->base + vc->used;                                         \
+        QRT_TRY(qrt_bind_vector_abs(ck, n, (count), (add), l->field));          \
+        vc->used += (size_t)(count);                                            \
     } while (0)
-#define LIN(field, name_fmt, rows, cols)                                        \
+#define LIN(field, suffix, rows, cols)                                          \
     do {                                                                        \
-        snprintf(n, sizeof n, name_fmt, i);                                     \
-        QRT_TRY(qrt_bind_linear(ck, n, (rows), (cols), &l->field));             \
+        snprintf(n, sizeof n, "%s%s", prefix, suffix);                          \
+        QRT_TRY(qrt_bind_linear_abs(ck, n, (rows), (cols), &l->field));         \
     } while (0)
     const int D = c->hidden, F = c->intermediate;
-    VEC(in_norm, "layers.%d.input_layernorm.weight", D, 1.0f);
-    VEC(post_norm, "layers.%d.post_attention_layernorm.weight", D, 1.0f);
-    LIN(gate, "layers.%d.mlp.gate_proj.weight", F, D);
-    LIN(up, "layers.%d.mlp.up_proj.weight", F, D);
-    LIN(down, "layers.%d.mlp.down_proj.weight", D, F);
-    if (c->layer_kind[i] == QRT_LAYER_LINEAR) {
+    VEC(in_norm, "input_layernorm.weight", D, 1.0f);
+    VEC(post_norm, "post_attention_layernorm.weight", D, 1.0f);
+    LIN(gate, "mlp.gate_proj.weight", F, D);
+    LIN(up, "mlp.up_proj.weight", F, D);
+    LIN(down, "mlp.down_proj.weight", D, F);
+    if (kind == QRT_LAYER_LINEAR) {
         const int Hv = c->gdn_v_heads, vdim = Hv * c->gdn_dv;
-        LIN(in_qkv, "layers.%d.linear_attn.in_proj_qkv.weight", m->conv_dim, D);
-        LIN(in_z, "layers.%d.linear_attn.in_proj_z.weight", vdim, D);
-        LIN(in_a, "layers.%d.linear_attn.in_proj_a.weight", Hv, D);
-        LIN(in_b, "layers.%d.linear_attn.in_proj_b.weight", Hv, D);
-        LIN(out, "layers.%d.linear_attn.out_proj.weight", D, vdim);
-        VEC(conv_w, "layers.%d.linear_attn.conv1d.weight", (int64_t)m->conv_dim * c->conv_kernel, 0.0f);
-        VEC(A_log, "layers.%d.linear_attn.A_log", Hv, 0.0f);
-        VEC(dt_bias, "layers.%d.linear_attn.dt_bias", Hv, 0.0f);
-        VEC(gdn_norm, "layers.%d.linear_attn.norm.weight", c->gdn_dv, 0.0f);
+        LIN(in_qkv, "linear_attn.in_proj_qkv.weight", m->conv_dim, D);
+        LIN(in_z, "linear_attn.in_proj_z.weight", vdim, D);
+        LIN(in_a, "linear_attn.in_proj_a.weight", Hv, D);
+        LIN(in_b, "linear_attn.in_proj_b.weight", Hv, D);
+        LIN(out, "linear_attn.out_proj.weight", D, vdim);
+        VEC(conv_w, "linear_attn.conv1d.weight", (int64_t)m->conv_dim * c->conv_kernel, 0.0f);
+        VEC(A_log, "linear_attn.A_log", Hv, 0.0f);
+        VEC(dt_bias, "linear_attn.dt_bias", Hv, 0.0f);
+        VEC(gdn_norm, "linear_attn.norm.weight", c->gdn_dv, 0.0f);
     } else {
         const int Dh = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
-        LIN(q, "layers.%d.self_attn.q_proj.weight", (int64_t)Hq * 2 * Dh, D);
-        LIN(k, "layers.%d.self_attn.k_proj.weight", (int64_t)Hkv * Dh, D);
-        LIN(v, "layers.%d.self_attn.v_proj.weight", (int64_t)Hkv * Dh, D);
-        LIN(o, "layers.%d.self_attn.o_proj.weight", D, (int64_t)Hq * Dh);
-        VEC(q_norm, "layers.%d.self_attn.q_norm.weight", Dh, 1.0f);
-        VEC(k_norm, "layers.%d.self_attn.k_norm.weight", Dh, 1.0f);
+        LIN(q, "self_attn.q_proj.weight", (int64_t)Hq * 2 * Dh, D);
+        LIN(k, "self_attn.k_proj.weight", (int64_t)Hkv * Dh, D);
+        LIN(v, "self_attn.v_proj.weight", (int64_t)Hkv * Dh, D);
+        LIN(o, "self_attn.o_proj.weight", D, (int64_t)Hq * Dh);
+        VEC(q_norm, "self_attn.q_norm.weight", Dh, 1.0f);
+        VEC(k_norm, "self_attn.k_norm.weight", Dh, 1.0f);
     }
 #undef VEC
 #undef LIN
-    *used = off;
     return QRT_OK;
 }
 
 /* Floats of f32 vectors one layer keeps (norms, conv, GDN scalars). */
-static size_t layer_vector_floats(const qrt_model *m, int i) {
+static size_t layer_vector_floats(const qrt_model *m, qrt_layer_kind kind) {
     const qrt_config *c = &m->cfg;
     size_t n = 2 * (size_t)c->hidden;
-    if (c->layer_kind[i] == QRT_LAYER_LINEAR)
+    if (kind == QRT_LAYER_LINEAR)
         n += (size_t)m->conv_dim * c->conv_kernel + 2 * (size_t)c->gdn_v_heads + (size_t)c->gdn_dv;
     else
         n += 2 * (size_t)c->head_dim;
     return n;
 }
 
+/* The MTP head, when the checkpoint (or its --mtp sidecar) has one. Checkpoints that drop mtp.* (the
+ * NVFP4 exports do) load without it; a head that is only partly there is an error. */
+static qrt_status bind_mtp(qrt_model *m, vec_cursor *vc) {
+    const qrt_config *c = &m->cfg;
+    qrt_mtp *mtp = &m->mtp;
+    if (c->mtp_layers < 1 || !qrt_st_find(&m->ck.st, "mtp.fc.weight")) return QRT_OK;
+    const int D = c->hidden;
+    QRT_TRY(qrt_bind_linear_abs(&m->ck, "mtp.fc.weight", D, 2 * (int64_t)D, &mtp->fc));
+    float **norms[] = {&mtp->norm_emb, &mtp->norm_hidden, &mtp->norm_out};
+    const char *names[] = {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"};
+    for (int i = 0; i < 3; i++) {
+        *norms[i] = vc->base + vc->used;
+        QRT_TRY(qrt_bind_vector_abs(&m->ck, names[i], D, 1.0f, *norms[i]));
+        vc->used += (size_t)D;
+    }
+    QRT_TRY(bind_layer(m, &mtp->layer, QRT_LAYER_FULL, "mtp.layers.0.", vc));
+    mtp->present = 1;
+    return QRT_OK;
+}
+
+static size_t mtp_vector_floats(const qrt_model *m) {
+    return 3 * (size_t)m->cfg.hidden + layer_vector_floats(m, QRT_LAYER_FULL);
+}
+
 static float *rebase(float *p, const float *host, float *dev) { return p ? dev + (p - host) : NULL; }
+
+static qrt_status prepare_layer(qrt_model *m, qrt_layer *l, const float *host) {
+    qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
+                         &l->q, &l->k, &l->v, &l->o};
+    for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
+        if (lin[j]->data) QRT_TRY(m->be->prepare_linear(lin[j]));
+    float **vec[] = {&l->conv_w, &l->A_log, &l->dt_bias, &l->gdn_norm, &l->q_norm, &l->k_norm, &l->in_norm,
+                     &l->post_norm};
+    for (size_t j = 0; j < sizeof vec / sizeof vec[0]; j++) *vec[j] = rebase(*vec[j], host, m->vectors);
+    return QRT_OK;
+}
 
 /* Hand every weight to the backend and move the f32 vectors into backend memory. */
 static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats) {
     const qrt_backend *be = m->be;
+    int tied = m->lm_head.data == m->embed.data;
     QRT_TRY(be->prepare_linear(&m->embed));
-    if (m->lm_head.data != m->embed.data) QRT_TRY(be->prepare_linear(&m->lm_head));
-    else m->lm_head = m->embed;
+    if (tied) m->lm_head = m->embed;
+    else QRT_TRY(be->prepare_linear(&m->lm_head));
     be->upload(m->vectors, host, floats * sizeof(float));
     m->final_norm = rebase(m->final_norm, host, m->vectors);
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        qrt_layer *l = &m->layers[i];
-        qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
-                             &l->q, &l->k, &l->v, &l->o};
-        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
-            if (lin[j]->data) QRT_TRY(be->prepare_linear(lin[j]));
-        float **vec[] = {&l->conv_w, &l->A_log, &l->dt_bias, &l->gdn_norm, &l->q_norm, &l->k_norm, &l->in_norm,
-                         &l->post_norm};
-        for (size_t j = 0; j < sizeof vec / sizeof vec[0]; j++) *vec[j] = rebase(*vec[j], host, m->vectors);
+    for (int i = 0; i < m->cfg.n_layers; i++) QRT_TRY(prepare_layer(m, &m->layers[i], host));
+    if (m->mtp.present) {
+        QRT_TRY(be->prepare_linear(&m->mtp.fc));
+        m->mtp.norm_emb = rebase(m->mtp.norm_emb, host, m->vectors);
+        m->mtp.norm_hidden = rebase(m->mtp.norm_hidden, host, m->vectors);
+        m->mtp.norm_out = rebase(m->mtp.norm_out, host, m->vectors);
+        QRT_TRY(prepare_layer(m, &m->mtp.layer, host));
     }
     return QRT_OK;
 }
@@ -135,18 +171,18 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
     m->be = qrt_backend_cpu();
     if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
-    size_t floats = (size_t)c->hidden;
-    for (int i = 0; i < c->n_layers; i++) floats += layer_vector_floats(m, i);
+    size_t floats = (size_t)c->hidden + mtp_vector_floats(m);
+    for (int i = 0; i < c->n_layers; i++) floats += layer_vector_floats(m, c->layer_kind[i]);
     m->layers = qrt_calloc((size_t)c->n_layers, sizeof *m->layers);
     /* Vectors are widened to f32 in host memory, then uploaded into one backend allocation; the bound
      * pointers are rebased onto it at the end. */
-    float *host = m->layers ? qrt_calloc(floats, sizeof(float)) : NULL;
-    m->vectors = host ? m->be->alloc(floats * sizeof(float)) : NULL;
+    vec_cursor vc = {m->layers ? qrt_calloc(floats, sizeof(float)) : NULL, 0};
+    m->vectors = vc.base ? m->be->alloc(floats * sizeof(float)) : NULL;
     if (!m->vectors) st = QRT_ERR_MEMORY;
+    char name[512];
     if (st == QRT_OK) {
-        char full[256];
-        snprintf(full, sizeof full, "%sembed_tokens.weight", m->ck.prefix);
-        st = qrt_bind_linear_abs(&m->ck, full, c->vocab, c->hidden, &m->embed);
+        snprintf(name, sizeof name, "%sembed_tokens.weight", m->ck.prefix);
+        st = qrt_bind_linear_abs(&m->ck, name, c->vocab, c->hidden, &m->embed);
     }
     if (st == QRT_OK) {
         if (qrt_st_find(&m->ck.st, "lm_head.weight"))
@@ -157,19 +193,19 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
             st = qrt_fail(QRT_ERR_WEIGHTS, "%s: tensor 'lm_head.weight' is missing and tie_word_embeddings is false",
                           dir);
     }
-    size_t off = 0;
     if (st == QRT_OK) {
-        m->final_norm = host;
-        st = qrt_bind_vector(&m->ck, "norm.weight", c->hidden, 1.0f, m->final_norm);
-        off = (size_t)c->hidden;
+        m->final_norm = vc.base;
+        vc.used = (size_t)c->hidden;
+        snprintf(name, sizeof name, "%snorm.weight", m->ck.prefix);
+        st = qrt_bind_vector_abs(&m->ck, name, c->hidden, 1.0f, m->final_norm);
     }
     for (int i = 0; i < c->n_layers && st == QRT_OK; i++) {
-        size_t used = 0;
-        st = bind_layer(m, i, host + off, &used);
-        off += used;
+        snprintf(name, sizeof name, "%slayers.%d.", m->ck.prefix, i);
+        st = bind_layer(m, &m->layers[i], c->layer_kind[i], name, &vc);
     }
-    if (st == QRT_OK) st = prepare_weights(m, host, floats);
-    free(host);
+    if (st == QRT_OK) st = bind_mtp(m, &vc);
+    if (st == QRT_OK) st = prepare_weights(m, vc.base, floats);
+    free(vc.base);
     if (st != QRT_OK) {
         qrt_model_free(m);
         return st;
@@ -211,48 +247,66 @@ static void carve_assign(const carve *cv, int n, float *base) {
     }
 }
 
+/* The pieces of one session allocation: every layer's state, the MTP's KV cache, the scratch. */
+static int session_pieces(qrt_session *s, carve *cv) {
+    const qrt_model *m = s->m;
+    const qrt_config *c = &m->cfg;
+    const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
+    const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
+    const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
+    const size_t S = Hv * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * cd, C = (size_t)s->max_ctx;
+    const size_t R = m->mtp.present ? QRT_MAX_VERIFY : 0; /* rollback records only for speculative models */
+    int n = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        qrt_layer_state *l = &s->ls[i];
+        if (c->layer_kind[i] == QRT_LAYER_FULL) {
+            cv[n++] = (carve){&l->k, C * kvrow};
+            cv[n++] = (carve){&l->v, C * kvrow};
+            continue;
+        }
+        cv[n++] = (carve){&l->S, S};
+        cv[n++] = (carve){&l->conv, conv};
+        cv[n++] = (carve){&l->S_snap, R ? S : 0};
+        cv[n++] = (carve){&l->conv_snap, R ? conv : 0};
+        cv[n++] = (carve){&l->rec_mixed, R * cd};
+        cv[n++] = (carve){&l->rec_conv, R * cd};
+        cv[n++] = (carve){&l->rec_a, R * Hv};
+        cv[n++] = (carve){&l->rec_b, R * Hv};
+    }
+    if (m->mtp.present) {
+        cv[n++] = (carve){&s->mtp.k, C * kvrow};
+        cv[n++] = (carve){&s->mtp.v, C * kvrow};
+    }
+    qrt_scratch *sc = &s->sc;
+    const carve scratch[] = {
+        {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
+        {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
+        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->aq, T * qdim},    {&sc->agate, T * qdim},
+        {&sc->ak, T * kvrow},    {&sc->av, T * kvrow},     {&sc->attn, T * qdim},  {&sc->mg, T * F},
+        {&sc->mu, T * F},        {&sc->hfinal, T * D},     {&sc->logits, (size_t)c->vocab},
+        {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
+        {&sc->mtp_out, m->mtp.present ? T * D : 0},
+    };
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) cv[n++] = scratch[i];
+    return n;
+}
+
 qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     *out = NULL;
     if (!m || max_ctx < 1) return qrt_fail(QRT_ERR_ARG, "qrt_session_new: max_ctx must be at least 1");
-    const qrt_config *c = &m->cfg;
     qrt_session *s = qrt_calloc(1, sizeof *s);
     if (!s) return QRT_ERR_MEMORY;
     s->m = m;
     s->max_ctx = max_ctx;
-    const int L = c->n_layers;
-    s->kv_k = qrt_calloc((size_t)L, sizeof(float *));
-    s->kv_v = qrt_calloc((size_t)L, sizeof(float *));
-    s->gdn_S = qrt_calloc((size_t)L, sizeof(float *));
-    s->conv_state = qrt_calloc((size_t)L, sizeof(float *));
-    int n_pieces = 4 * L + 20;
-    carve *cv = qrt_calloc((size_t)n_pieces, sizeof *cv);
-    if (!s->kv_k || !s->kv_v || !s->gdn_S || !s->conv_state || !cv) {
+    s->ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s->ls);
+    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 32, sizeof *cv);
+    if (!s->ls || !cv) {
         free(cv);
         qrt_session_free(s);
         return QRT_ERR_MEMORY;
     }
-    const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
-    const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
-    const size_t qdim = (size_t)c->n_heads * Dh;
-    int n = 0;
-    for (int i = 0; i < L; i++) {
-        int full = c->layer_kind[i] == QRT_LAYER_FULL;
-        cv[n++] = (carve){&s->kv_k[i], full ? (size_t)max_ctx * kvrow : 0};
-        cv[n++] = (carve){&s->kv_v[i], full ? (size_t)max_ctx * kvrow : 0};
-        cv[n++] = (carve){&s->gdn_S[i], full ? 0 : (size_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv};
-        cv[n++] = (carve){&s->conv_state[i], full ? 0 : (size_t)(c->conv_kernel - 1) * m->conv_dim};
-    }
-    qrt_scratch *sc = &s->sc;
-    const carve scratch[] = {
-        {&sc->h, T * D},        {&sc->x, T * D},          {&sc->y, T * D},       {&sc->mixed, T * m->conv_dim},
-        {&sc->conv, T * m->conv_dim},
-        {&sc->z, T * vdim},     {&sc->a, T * c->gdn_v_heads}, {&sc->b, T * c->gdn_v_heads}, {&sc->core, T * vdim},
-        {&sc->qg, T * 2 * qdim}, {&sc->aq, T * qdim},     {&sc->agate, T * qdim}, {&sc->ak, T * kvrow},
-        {&sc->av, T * kvrow},   {&sc->attn, T * qdim},    {&sc->mg, T * F},      {&sc->mu, T * F},
-        {&sc->hrow, D},         {&sc->logits, (size_t)c->vocab},
-    };
-    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) cv[n++] = scratch[i];
-    QRT_ASSERT(n <= n_pieces);
+    int n = session_pieces(s, cv);
+    QRT_ASSERT(n <= 8 * m->cfg.n_layers + 32);
     size_t total = carve_total(cv, n);
     s->arena = m->be->alloc(total * sizeof(float));
     if (!s->arena) {
@@ -270,10 +324,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
 void qrt_session_free(qrt_session *s) {
     if (!s) return;
     if (s->arena) s->m->be->free(s->arena);
-    free(s->kv_k);
-    free(s->kv_v);
-    free(s->gdn_S);
-    free(s->conv_state);
+    free(s->ls);
     free(s);
 }
 
@@ -281,47 +332,55 @@ void qrt_session_free(qrt_session *s) {
 void qrt_session_reset(qrt_session *s) {
     const qrt_config *c = &s->m->cfg;
     s->pos = 0;
+    s->recording = 0;
+    s->rec_T = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
-        s->m->be->zero(s->gdn_S[i], sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
-        s->m->be->zero(s->conv_state[i], sizeof(float) * (c->conv_kernel - 1) * s->m->conv_dim);
+        s->m->be->zero(s->ls[i].S, sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
+        s->m->be->zero(s->ls[i].conv, sizeof(float) * (c->conv_kernel - 1) * s->m->conv_dim);
     }
 }
 
 int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
 
 /* ---------------------------------------------------------------------------------------------------
- * Forward pass (MODEL.md §2) for T ≤ QRT_MAX_T tokens at positions s->pos .. s->pos+T-1. */
+ * Forward pass (MODEL.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
 
-/* Gated DeltaNet mixer (§2.4): x [T][D] → y [T][D]. */
-static void gdn_block(qrt_session *s, int li, int T) {
+/* Gated DeltaNet mixer (§2.4). When the session is recording (a verify), the inputs each token's
+ * recurrent step needs are kept so qrt_session_rollback can re-apply a prefix of them. */
+static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, int T) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
-    const qrt_layer *l = &m->layers[li];
     qrt_scratch *sc = &s->sc;
-    const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv;
-    const int cd = m->conv_dim;
+    const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv, cd = m->conv_dim;
     be->matmul(&l->in_qkv, sc->x, T, sc->mixed);
     be->matmul(&l->in_z, sc->x, T, sc->z);
     be->matmul(&l->in_b, sc->x, T, sc->b);
     be->matmul(&l->in_a, sc->x, T, sc->a);
-    be->conv1d_silu(sc->mixed, s->conv_state[li], l->conv_w, T, cd, c->conv_kernel, sc->conv);
-    /* HF takes the chunked form for any T > 1 without a cache; we take it only when the prompt piece is
-     * long enough for it to pay, and the recurrence otherwise. The two agree to f32 rounding. */
+    if (s->recording) {
+        be->copy(ls->S_snap, ls->S, sizeof(float) * Hv * Dk * Dv);
+        be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
+        be->copy(ls->rec_mixed, sc->mixed, sizeof(float) * T * cd);
+        be->copy(ls->rec_a, sc->a, sizeof(float) * T * Hv);
+        be->copy(ls->rec_b, sc->b, sizeof(float) * T * Hv);
+    }
+    be->conv1d_silu(sc->mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, sc->conv);
+    if (s->recording) be->copy(ls->rec_conv, sc->conv, sizeof(float) * T * cd);
+    /* HF takes the chunked form for any T > 1 without a cache; we take it only when the piece is long
+     * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
+     * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, s->gdn_S[li], T, Hk, Hv, Dk, Dv, chunked,
-            sc->core);
+    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->core);
     be->rmsnorm_gated(sc->core, sc->z, l->gdn_norm, T * Hv, Dv, c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
-/* Gated full attention (§2.5): x [T][D] → y [T][D]; appends T entries to the layer's KV cache. */
-static void attention_block(qrt_session *s, int li, int T) {
+/* Gated full attention (§2.5) at positions pos..pos+T-1, appending T entries to the KV cache kc, vc. */
+static void attention_block(qrt_session *s, const qrt_layer *l, float *kc, float *vc, int pos, int T) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
-    const qrt_layer *l = &m->layers[li];
     qrt_scratch *sc = &s->sc;
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
     const size_t kvrow = (size_t)Hkv * Dh;
@@ -333,21 +392,20 @@ static void attention_block(qrt_session *s, int li, int T) {
             be->copy(sc->aq + ((size_t)t * Hq + h) * Dh, src, sizeof(float) * Dh);
             be->copy(sc->agate + ((size_t)t * Hq + h) * Dh, src + Dh, sizeof(float) * Dh);
         }
-    float *kdst = s->kv_k[li] + (size_t)s->pos * kvrow, *vdst = s->kv_v[li] + (size_t)s->pos * kvrow;
+    float *kdst = kc + (size_t)pos * kvrow, *vdst = vc + (size_t)pos * kvrow;
     be->matmul(&l->k, sc->x, T, kdst);
     be->matmul(&l->v, sc->x, T, vdst);
     be->rmsnorm(sc->aq, l->q_norm, T * Hq, Dh, c->rms_eps, sc->aq);
     be->rmsnorm(kdst, l->k_norm, T * Hkv, Dh, c->rms_eps, kdst);
-    be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, s->pos);
-    be->rope(kdst, T, Hkv, Dh, c->rotary_dim, c->rope_theta, s->pos);
-    be->attention(sc->aq, s->kv_k[li], s->kv_v[li], T, s->pos, Hq, Hkv, Dh, sc->attn);
+    be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, pos);
+    be->rope(kdst, T, Hkv, Dh, c->rotary_dim, c->rope_theta, pos);
+    be->attention(sc->aq, kc, vc, T, pos, Hq, Hkv, Dh, sc->attn);
     be->sigmoid_mul(sc->attn, sc->agate, (size_t)T * Hq * Dh, sc->attn);
     be->matmul(&l->o, sc->attn, T, sc->y);
 }
 
-static void mlp_block(qrt_session *s, int li, int T) {
+static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     const qrt_model *m = s->m;
-    const qrt_layer *l = &m->layers[li];
     qrt_scratch *sc = &s->sc;
     const size_t F = (size_t)m->cfg.intermediate;
     m->be->matmul(&l->gate, sc->x, T, sc->mg);
@@ -356,31 +414,41 @@ static void mlp_block(qrt_session *s, int li, int T) {
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }
 
+/* One decoder layer (§2.3) on the residual stream sc->h [T][D]. */
+static void decoder_layer(qrt_session *s, const qrt_layer *l, qrt_layer_kind kind, qrt_layer_state *ls, int pos,
+                          int T) {
+    const qrt_config *c = &s->m->cfg;
+    const qrt_backend *be = s->m->be;
+    qrt_scratch *sc = &s->sc;
+    const size_t D = (size_t)c->hidden;
+    be->rmsnorm(sc->h, l->in_norm, T, (int)D, c->rms_eps, sc->x);
+    if (kind == QRT_LAYER_LINEAR) gdn_block(s, l, ls, T);
+    else attention_block(s, l, ls->k, ls->v, pos, T);
+    be->add(sc->h, sc->y, (size_t)T * D);
+    be->rmsnorm(sc->h, l->post_norm, T, (int)D, c->rms_eps, sc->x);
+    mlp_block(s, l, T);
+    be->add(sc->h, sc->y, (size_t)T * D);
+}
+
+/* logits (host [V]) = lm_head · h (backend [D]) */
+static void lm_head(qrt_session *s, const float *h, float *logits) {
+    const qrt_model *m = s->m;
+    m->be->matmul(&m->lm_head, h, 1, s->sc.logits);
+    m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
+}
+
 /* One piece of T ≤ QRT_MAX_T tokens; for each i < n_rows, the logits after token rows[i] of this piece go to
- * outs[i] ([V]). */
+ * outs[i] ([V]). Leaves every token's final-normed hidden in sc->hfinal. */
 static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, float *const *outs,
                           int n_rows) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
-    const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
-    be->embed(&m->embed, ids, T, sc->h);
-    for (int li = 0; li < c->n_layers; li++) {
-        const qrt_layer *l = &m->layers[li];
-        be->rmsnorm(sc->h, l->in_norm, T, (int)D, c->rms_eps, sc->x);
-        if (c->layer_kind[li] == QRT_LAYER_LINEAR) gdn_block(s, li, T);
-        else attention_block(s, li, T);
-        be->add(sc->h, sc->y, (size_t)T * D);
-        be->rmsnorm(sc->h, l->post_norm, T, (int)D, c->rms_eps, sc->x);
-        mlp_block(s, li, T);
-        be->add(sc->h, sc->y, (size_t)T * D);
-    }
-    for (int i = 0; i < n_rows; i++) {
-        be->rmsnorm(sc->h + (size_t)rows[i] * D, m->final_norm, 1, (int)D, c->rms_eps, sc->hrow);
-        be->matmul(&m->lm_head, sc->hrow, 1, sc->logits);
-        be->download(outs[i], sc->logits, sizeof(float) * c->vocab);
-    }
+    m->be->embed(&m->embed, ids, T, sc->h);
+    for (int li = 0; li < c->n_layers; li++) decoder_layer(s, &m->layers[li], c->layer_kind[li], &s->ls[li], s->pos, T);
+    m->be->rmsnorm(sc->h, m->final_norm, T, (int)D, c->rms_eps, sc->hfinal);
+    for (int i = 0; i < n_rows; i++) lm_head(s, sc->hfinal + (size_t)rows[i] * D, outs[i]);
     s->pos += T;
 }
 
@@ -405,6 +473,9 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
         if (rows[i] < 0 || rows[i] >= n || (i && rows[i] <= rows[i - 1]))
             return qrt_fail(QRT_ERR_ARG, "logits rows must be increasing indices into the %d tokens of this call "
                             "(row %d is %d)", n, i, rows[i]);
+    if (s->recording && n > QRT_MAX_VERIFY) s->recording = 0;
+    s->rec_T = s->recording ? n : 0;
+    s->rec_pos = s->pos;
     /* Long inputs run in pieces; each piece computes the requested rows that fall inside it. */
     int32_t piece_rows[QRT_MAX_T];
     float *piece_outs[QRT_MAX_T];
@@ -417,7 +488,65 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
             }
         forward_piece(s, ids + start, T, piece_rows, piece_outs, k);
     }
+    s->recording = 0;
     return QRT_OK;
+}
+
+const float *qrt_session_hidden(const qrt_session *s, int t) {
+    return s->sc.hfinal + (size_t)t * s->m->cfg.hidden;
+}
+
+/* ---------------------------------------------------------------------------------------------------
+ * Speculative decoding support: rollback after a partial accept, and the MTP head. */
+
+void qrt_session_begin_verify(qrt_session *s) {
+    QRT_ASSERT(s->m->mtp.present);
+    s->recording = 1;
+}
+
+void qrt_session_rollback(qrt_session *s, int n_keep) {
+    const qrt_model *m = s->m;
+    const qrt_config *c = &m->cfg;
+    const qrt_backend *be = m->be;
+    QRT_ASSERT(s->rec_T > 0 && n_keep >= 1 && n_keep <= s->rec_T && s->pos == s->rec_pos + s->rec_T);
+    if (n_keep < s->rec_T) {
+        const int Hv = c->gdn_v_heads, cd = m->conv_dim;
+        for (int i = 0; i < c->n_layers; i++) {
+            if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
+            const qrt_layer *l = &m->layers[i];
+            qrt_layer_state *ls = &s->ls[i];
+            be->copy(ls->S, ls->S_snap, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
+            be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
+            /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
+            be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
+            be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
+                    c->gdn_dk, c->gdn_dv, 0, s->sc.core);
+        }
+    }
+    /* KV entries past the new position are simply overwritten later */
+    s->pos = s->rec_pos + n_keep;
+    s->rec_T = 0;
+}
+
+/* MODEL.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
+ * out = mtp.norm(x). */
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits) {
+    const qrt_model *m = s->m;
+    const qrt_config *c = &m->cfg;
+    const qrt_backend *be = m->be;
+    const qrt_mtp *mtp = &m->mtp;
+    qrt_scratch *sc = &s->sc;
+    const size_t D = (size_t)c->hidden;
+    QRT_ASSERT(mtp->present && T >= 1 && T <= QRT_MAX_T && pos0 + T <= s->max_ctx);
+    be->embed(&m->embed, tokens, T, sc->mtp_e);
+    for (int t = 0; t < T; t++) {
+        be->rmsnorm(sc->mtp_e + t * D, mtp->norm_emb, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D);
+        be->rmsnorm(h + t * D, mtp->norm_hidden, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D + D);
+    }
+    be->matmul(&mtp->fc, sc->mtp_u, T, sc->h);
+    decoder_layer(s, &mtp->layer, QRT_LAYER_FULL, &s->mtp, pos0, T);
+    be->rmsnorm(sc->h, mtp->norm_out, T, (int)D, c->rms_eps, sc->mtp_out);
+    if (logits) lm_head(s, sc->mtp_out + (size_t)(T - 1) * D, logits);
 }
 
 qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *logits) {
@@ -429,21 +558,30 @@ qrt_status qrt_decode(qrt_session *s, int32_t id, float *logits) { return qrt_fo
 /* ---------------------------------------------------------------------------------------------------
  * What one decoded token costs in memory traffic (MODEL.md §6). */
 
+static uint64_t layer_weight_bytes(const qrt_layer *l) {
+    const qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
+                               &l->q, &l->k, &l->v, &l->o};
+    uint64_t b = 0;
+    for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
+        if (lin[j]->data) b += qrt_linear_bytes(lin[j]);
+    return b;
+}
+
 void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b) {
     const qrt_config *c = &m->cfg;
     memset(b, 0, sizeof *b);
-    b->weights = qrt_linear_bytes(&m->lm_head) + qrt_linear_bytes(&m->embed) / (uint64_t)c->vocab;
+    uint64_t embed_row = qrt_linear_bytes(&m->embed) / (uint64_t)c->vocab;
+    b->weights = qrt_linear_bytes(&m->lm_head) + embed_row;
     for (int i = 0; i < c->n_layers; i++) {
-        const qrt_layer *l = &m->layers[i];
-        const qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
-                                   &l->q, &l->k, &l->v, &l->o};
-        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
-            if (lin[j]->data) b->weights += qrt_linear_bytes(lin[j]);
-        b->vectors += layer_vector_floats(m, i) * sizeof(float);
+        b->weights += layer_weight_bytes(&m->layers[i]);
+        b->vectors += layer_vector_floats(m, c->layer_kind[i]) * sizeof(float);
         if (c->layer_kind[i] == QRT_LAYER_LINEAR)
             b->state += 2 * (uint64_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv * sizeof(float) +
                         2 * (uint64_t)(c->conv_kernel - 1) * m->conv_dim * sizeof(float);
         else
             b->kv_per_ctx += 2 * (uint64_t)c->n_kv_heads * c->head_dim * sizeof(float);
     }
+    if (m->mtp.present)
+        b->mtp_step = qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer) +
+                      qrt_linear_bytes(&m->lm_head) + embed_row;
 }

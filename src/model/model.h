@@ -31,6 +31,17 @@ typedef struct {
     qrt_linear down;     /* [D, F] */
 } qrt_layer;
 
+/* The MTP head (MODEL.md §3): one full-attention decoder layer behind a projection of
+ * [norm(embedding), norm(hidden)]; it shares the main model's embedding and lm_head. */
+typedef struct {
+    int present;            /* mtp.* tensors found */
+    qrt_linear fc;          /* [D, 2D]: columns 0..D-1 take the normed embedding, D..2D-1 the normed hidden */
+    float *norm_emb;        /* [D], 1 + w (pre_fc_norm_embedding) */
+    float *norm_hidden;     /* [D], 1 + w (pre_fc_norm_hidden) */
+    float *norm_out;        /* [D], 1 + w (mtp.norm) */
+    qrt_layer layer;        /* mtp.layers.0, kind FULL */
+} qrt_mtp;
+
 struct qrt_model {
     qrt_config cfg;
     qrt_checkpoint ck;
@@ -39,6 +50,7 @@ struct qrt_model {
     qrt_linear lm_head;  /* [V, D]; the embedding when tied */
     float *final_norm;   /* [D], 1 + w */
     qrt_layer *layers;   /* [L] */
+    qrt_mtp mtp;
     float *vectors;      /* one backend allocation holding every f32 vector above */
     int conv_dim;        /* 2·Hk·Dk + Hv·Dv */
 };
@@ -59,27 +71,61 @@ typedef struct {
     float *ak, *av;  /* [T][Hkv·Dh] */
     float *attn;     /* [T][Hq·Dh] */
     float *mg, *mu;  /* [T][F] gate, up */
-    float *hrow;     /* [D] final-normed row for a logits request */
-    float *logits;   /* [V] logits of that row, before download */
+    float *hfinal;   /* [T][D] final-normed hidden of every token (what lm_head and the MTP read) */
+    float *logits;   /* [V] logits of one row, before download */
+    float *mtp_u;    /* [T][2D] MTP input: [norm(embedding) | norm(hidden)] */
+    float *mtp_e;    /* [T][D] MTP token embeddings */
+    float *mtp_out;  /* [T][D] MTP output after mtp.norm: its logits' input and the next draft's hidden */
 } qrt_scratch;
+
+/* Largest verify (K+1 tokens) whose GDN inputs are recorded for rollback. */
+#define QRT_MAX_VERIFY 17
+
+/* One decoder layer's state in a session. */
+typedef struct {
+    float *k, *v;          /* FULL: KV cache [C][Hkv][Dh] */
+    float *S;              /* LINEAR: recurrent state [Hv][Dk][Dv] */
+    float *conv;           /* LINEAR: last Ck-1 raw conv inputs [Ck-1][conv_dim] */
+    /* LINEAR, sessions of MTP models only: the state before the last verify and that verify's per-token
+     * inputs, so a partial accept re-applies just the accepted steps (bit-exact, no second forward). */
+    float *S_snap;         /* [Hv][Dk][Dv] */
+    float *conv_snap;      /* [Ck-1][conv_dim] */
+    float *rec_mixed;      /* [QRT_MAX_VERIFY][conv_dim] pre-conv inputs */
+    float *rec_conv;       /* [QRT_MAX_VERIFY][conv_dim] conv outputs (q | k | v) */
+    float *rec_a, *rec_b;  /* [QRT_MAX_VERIFY][Hv] */
+} qrt_layer_state;
 
 struct qrt_session {
     qrt_model *m;
-    int32_t max_ctx;   /* C */
-    int32_t pos;       /* tokens consumed */
-    float **kv_k;      /* [L] → [C][Hkv][Dh] (NULL for LINEAR layers) */
-    float **kv_v;      /* [L] → [C][Hkv][Dh] */
-    float **gdn_S;     /* [L] → [Hv][Dk][Dv] (NULL for FULL layers) */
-    float **conv_state;/* [L] → [Ck-1][conv_dim] */
+    int32_t max_ctx;        /* C */
+    int32_t pos;            /* tokens consumed */
+    qrt_layer_state *ls;    /* [L] */
+    qrt_layer_state mtp;    /* the MTP layer's KV cache (k, v), when the model has one */
+    int recording;          /* the current forward records GDN inputs for rollback */
+    int rec_T, rec_pos;     /* tokens and start position of the last recorded forward */
     qrt_scratch sc;
-    void *arena;       /* one backend allocation holding all of the above */
+    void *arena;            /* one backend allocation holding all of the above */
 };
+
+/* Speculative decoding support (engine/spec.c). */
+/* The next qrt_forward (T ≤ QRT_MAX_VERIFY) is a verify: snapshot GDN state and record its inputs. */
+void qrt_session_begin_verify(qrt_session *s);
+/* Keep only the first n_keep tokens of the last verify: KV by position, GDN state by re-applying the
+ * recorded accepted steps to the snapshot. Bit-exact with a session that consumed only those tokens. */
+void qrt_session_rollback(qrt_session *s, int n_keep);
+/* Final-normed hidden of row t of the last forward piece (backend memory). */
+const float *qrt_session_hidden(const qrt_session *s, int t);
+/* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], may be
+ * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
+ * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]). */
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits);
 /* Bytes one decoded token moves, by kind. */
 typedef struct {
     uint64_t weights;    /* matmul weights read (embedding: one row) */
     uint64_t vectors;    /* norms, conv taps, GDN scalars (f32 copies) */
     uint64_t state;      /* GDN recurrent + conv state, read and written */
     uint64_t kv_per_ctx; /* KV cache read per token of context (f32 cache on the CPU) */
+    uint64_t mtp_step;   /* weights one MTP draft step reads (its layer, fc, lm_head); 0 without MTP */
 } qrt_token_bytes;
 
 void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);

@@ -57,15 +57,7 @@ qrt_status qrt_bind_linear_abs(qrt_checkpoint *ck, const char *full, int64_t n, 
     return QRT_OK;
 }
 
-qrt_status qrt_bind_linear(qrt_checkpoint *ck, const char *name, int64_t n, int64_t k, qrt_linear *w) {
-    char full[512];
-    snprintf(full, sizeof full, "%s%s", ck->prefix, name);
-    return qrt_bind_linear_abs(ck, full, n, k, w);
-}
-
-qrt_status qrt_bind_vector(qrt_checkpoint *ck, const char *name, int64_t count, float add, float *out) {
-    char full[512];
-    snprintf(full, sizeof full, "%s%s", ck->prefix, name);
+qrt_status qrt_bind_vector_abs(qrt_checkpoint *ck, const char *full, int64_t count, float add, float *out) {
     const qrt_st_tensor *t = find(ck, full);
     if (!t) return missing(ck, full);
     int64_t have = 1;

@@ -41,11 +41,10 @@ typedef struct {
 qrt_status qrt_checkpoint_open(qrt_checkpoint *ck, const char *dir);
 void qrt_checkpoint_close(qrt_checkpoint *ck);
 
-/* Find prefix+name; check it is a matrix [n, k] of a float dtype; fill w. */
-qrt_status qrt_bind_linear(qrt_checkpoint *ck, const char *name, int64_t n, int64_t k, qrt_linear *w);
-/* Find prefix+name holding exactly count elements (any shape with that many, e.g. [48] or [640, 1, 4]);
- * write them as f32 to out, adding `add` to each (1 for the zero-centred RMSNorm weights). */
-qrt_status qrt_bind_vector(qrt_checkpoint *ck, const char *name, int64_t count, float add, float *out);
-/* Same, for names outside the text-model prefix ("lm_head.weight", "mtp.fc.weight"). */
+/* Names are full checkpoint keys (ck->prefix already applied where it belongs). */
+/* Find full_name; check it is a matrix [n, k] of a supported format; fill w. */
 qrt_status qrt_bind_linear_abs(qrt_checkpoint *ck, const char *full_name, int64_t n, int64_t k, qrt_linear *w);
+/* Find full_name holding exactly count elements (any shape with that many, e.g. [48] or [640, 1, 4]);
+ * write them as f32 to out, adding `add` to each (1 for the zero-centred RMSNorm weights). */
+qrt_status qrt_bind_vector_abs(qrt_checkpoint *ck, const char *full_name, int64_t count, float add, float *out);
 #endif

@@ -58,6 +58,7 @@ int qrt_tool_inspect(const char *dir, int json, FILE *out) {
     fprintf(out, "  norms/vectors  %14llu\n", (unsigned long long)b.vectors);
     fprintf(out, "  GDN state r+w  %14llu\n", (unsigned long long)b.state);
     fprintf(out, "  KV cache       %14llu per token of context\n", (unsigned long long)b.kv_per_ctx);
+    if (b.mtp_step) fprintf(out, "  MTP draft step %14llu  (%.3f GB)\n", (unsigned long long)b.mtp_step, b.mtp_step / 1e9);
     qrt_model_free(m);
     return 0;
 }
