@@ -67,19 +67,46 @@ qrt_status qrt_decode(qrt_session *s, int32_t id, float *logits);
 /* Called for each generated token; return non-zero to stop. */
 typedef int (*qrt_token_cb)(int32_t id, void *user);
 
+/* Test hook for speculative decoding: given the k-th draft (1-based) proposed by the MTP head for absolute
+ * position pos, return the draft to use instead (e.g. the main model's own choice, to force accepts). */
+typedef int32_t (*qrt_draft_hook)(int32_t k, int32_t proposed, int32_t pos, void *user);
+
+typedef struct {
+    float temperature; /* 0 = greedy (argmax) */
+    float top_p;       /* nucleus mass kept; 0 or 1 = off */
+    int32_t top_k;     /* candidates kept; 0 = off */
+    uint64_t seed;
+} qrt_sampling;
+
+#define QRT_SPEC_DEFAULT (-1) /* spec_k: speculate with K = 6 when the model has an MTP head, else not */
+#define QRT_SPEC_MAX_K 16
+
 typedef struct {
     int32_t max_new;   /* tokens to generate */
     int32_t stop_eos;  /* stop at the model's eos token */
+    int32_t spec_k;    /* MTP draft tokens per cycle: 0 = plain decoding, QRT_SPEC_DEFAULT, or 1..16 */
+    qrt_sampling sampling;
     qrt_token_cb on_token;
     void *user;
+    qrt_draft_hook draft_hook; /* NULL normally */
+    void *draft_user;
 } qrt_gen_opts;
 
 typedef struct {
     int32_t n_prompt, n_new;
     double prefill_ms, decode_ms; /* prefill up to the first token's logits; first to last token */
+    /* speculative decoding (all zero when it did not run) */
+    int32_t spec_k;
+    int64_t attempts;                        /* cycles */
+    int64_t accepts;                         /* accepted draft tokens (the bonus token not counted) */
+    int64_t full_accepts;                    /* cycles that accepted all K drafts */
+    int64_t accepted_at[QRT_SPEC_MAX_K];     /* cycles whose draft k+1 was accepted */
+    double chain_ms, verify_ms;              /* total time drafting / verifying */
 } qrt_gen_stats;
 
-/* Greedy generation after a prefill of ids; out receives up to opts->max_new ids. */
+/* Generation after a prefill of ids (greedy, or sampled per opts->sampling, speculative per
+ * opts->spec_k); out receives up to opts->max_new ids. Greedy speculative output equals plain greedy
+ * output token for token; sampled speculative output follows the plain sampling distribution. */
 qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, int32_t *out,
                         qrt_gen_stats *stats);
 

@@ -1,14 +1,7 @@
-/* Greedy generation: prefill the prompt, then decode one token at a time. */
+/* Generation: prefill the prompt, then decode token by token or in speculative cycles. */
 #include <string.h>
 
-#include "model/model.h"
-
-int32_t qrt_argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
+#include "engine/spec.h"
 
 static int is_eos(const qrt_config *c, int32_t id) {
     for (int i = 0; i < c->n_eos; i++)
@@ -16,32 +9,74 @@ static int is_eos(const qrt_config *c, int32_t id) {
     return 0;
 }
 
+/* Append a token; returns non-zero when generation must stop. */
+static int emit(const qrt_config *c, const qrt_gen_opts *opts, qrt_gen_stats *st, int32_t *out, int32_t id) {
+    out[st->n_new++] = id;
+    if (opts->on_token && opts->on_token(id, opts->user)) return 1;
+    if (opts->stop_eos && is_eos(c, id)) return 1;
+    return st->n_new >= opts->max_new;
+}
+
+static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts,
+                                 int32_t *out, qrt_gen_stats *st) {
+    const qrt_config *c = &s->m->cfg;
+    qrt_chooser ch;
+    QRT_TRY(qrt_chooser_init(&ch, c->vocab, &opts->sampling));
+    float *logits = qrt_calloc((size_t)c->vocab, sizeof(float));
+    qrt_status rc = logits ? QRT_OK : QRT_ERR_MEMORY;
+    double t0 = qrt_now_ms(), t1 = t0;
+    if (rc == QRT_OK) rc = qrt_prefill(s, ids, n, logits);
+    t1 = qrt_now_ms();
+    st->prefill_ms = t1 - t0;
+    while (rc == QRT_OK) {
+        int32_t next = qrt_choose(&ch, logits);
+        if (emit(c, opts, st, out, next)) break;
+        rc = qrt_decode(s, next, logits);
+    }
+    st->decode_ms = qrt_now_ms() - t1;
+    free(logits);
+    qrt_chooser_free(&ch);
+    return rc;
+}
+
+static qrt_status generate_spec(qrt_session *s, const int32_t *ids, int32_t n, int K, const qrt_gen_opts *opts,
+                                int32_t *out, qrt_gen_stats *st) {
+    const qrt_config *c = &s->m->cfg;
+    qrt_spec sp;
+    QRT_TRY(qrt_spec_init(&sp, s, K, opts, st));
+    double t0 = qrt_now_ms();
+    int32_t first;
+    qrt_status rc = qrt_spec_prefill(&sp, ids, n, &first);
+    double t1 = qrt_now_ms();
+    st->prefill_ms = t1 - t0;
+    int done = rc != QRT_OK || emit(c, opts, st, out, first);
+    int32_t cycle[QRT_SPEC_MAX_K + 1];
+    while (!done) {
+        int got = qrt_spec_cycle(&sp, cycle);
+        for (int i = 0; i < got && !done; i++) done = emit(c, opts, st, out, cycle[i]);
+    }
+    st->decode_ms = qrt_now_ms() - t1;
+    qrt_spec_free(&sp);
+    return rc;
+}
+
 qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, int32_t *out,
                         qrt_gen_stats *stats) {
-    if (!s || !opts || !out || opts->max_new < 0) return qrt_fail(QRT_ERR_ARG, "qrt_generate: bad arguments");
-    const qrt_config *c = &s->m->cfg;
-    qrt_gen_stats local = {0};
+    if (!s || !opts || !out || !ids || opts->max_new < 0) return qrt_fail(QRT_ERR_ARG, "qrt_generate: bad arguments");
+    if (opts->spec_k < QRT_SPEC_DEFAULT || opts->spec_k > QRT_SPEC_MAX_K)
+        return qrt_fail(QRT_ERR_ARG, "spec_k %d is outside [0, %d]", opts->spec_k, QRT_SPEC_MAX_K);
+    qrt_gen_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     stats->n_prompt = n;
     if (opts->max_new == 0) return QRT_OK;
+    /* a speculative cycle may run K tokens past the last one kept, so it needs that much room too */
+    int K = opts->spec_k == QRT_SPEC_DEFAULT ? (s->m->mtp.present ? 6 : 0) : opts->spec_k;
     if (n + opts->max_new - 1 > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "prompt (%d) + new tokens (%d) exceed the session's context of %d; raise --ctx",
                         n, opts->max_new, s->max_ctx - s->pos);
-    float *logits = qrt_calloc((size_t)c->vocab, sizeof(float));
-    if (!logits) return QRT_ERR_MEMORY;
-    double t0 = qrt_now_ms();
-    qrt_status st = qrt_prefill(s, ids, n, logits);
-    double t1 = qrt_now_ms();
-    stats->prefill_ms = t1 - t0;
-    for (int32_t i = 0; st == QRT_OK && i < opts->max_new; i++) {
-        int32_t next = qrt_argmax(logits, c->vocab);
-        out[stats->n_new++] = next;
-        if (opts->on_token && opts->on_token(next, opts->user)) break;
-        if (opts->stop_eos && is_eos(c, next)) break;
-        if (i + 1 < opts->max_new) st = qrt_decode(s, next, logits);
-    }
-    stats->decode_ms = qrt_now_ms() - t1;
-    free(logits);
-    return st;
+    if (K > 0 && s->pos != 0)
+        return qrt_fail(QRT_ERR_ARG, "speculative generation starts from an empty session (the MTP cache is seeded "
+                        "from the prompt); reset the session or use spec_k 0");
+    return K ? generate_spec(s, ids, n, K, opts, out, stats) : generate_plain(s, ids, n, opts, out, stats);
 }

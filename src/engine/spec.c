@@ -1,0 +1,147 @@
+#include "engine/spec.h"
+
+#include <string.h>
+
+qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts *opts, qrt_gen_stats *stats) {
+    memset(sp, 0, sizeof *sp);
+    if (!s->m->mtp.present)
+        return qrt_fail(QRT_ERR_UNSUPPORTED, "speculative decoding needs an MTP head (mtp.* tensors); this model "
+                        "has none: use --spec-k 0, or add the MTP weights with --mtp DIR");
+    if (K < 1 || K > QRT_SPEC_MAX_K || K + 1 > QRT_MAX_VERIFY)
+        return qrt_fail(QRT_ERR_ARG, "spec_k %d is outside [1, %d]", K, QRT_SPEC_MAX_K);
+    const size_t V = (size_t)s->m->cfg.vocab;
+    sp->s = s;
+    sp->opts = opts;
+    sp->stats = stats;
+    sp->K = K;
+    qrt_status st = qrt_chooser_init(&sp->ch, (int32_t)V, &opts->sampling);
+    sp->verify_logits = qrt_calloc((K + 1) * V, sizeof(float));
+    sp->draft_logits = qrt_calloc(V, sizeof(float));
+    sp->q = sp->ch.greedy ? NULL : qrt_calloc(K * V, sizeof(float));
+    if (st != QRT_OK || !sp->verify_logits || !sp->draft_logits || (!sp->ch.greedy && !sp->q)) {
+        qrt_spec_free(sp);
+        return QRT_ERR_MEMORY;
+    }
+    stats->spec_k = K;
+    return QRT_OK;
+}
+
+void qrt_spec_free(qrt_spec *sp) {
+    free(sp->verify_logits);
+    free(sp->draft_logits);
+    free(sp->q);
+    qrt_chooser_free(&sp->ch);
+    memset(sp, 0, sizeof *sp);
+}
+
+/* The k-th draft (1-based) for absolute position pos, from sp->draft_logits; keeps q_k when sampling. */
+static int32_t draft(qrt_spec *sp, int k, int32_t pos) {
+    const int32_t V = sp->s->m->cfg.vocab;
+    int32_t d;
+    if (sp->ch.greedy) {
+        d = qrt_argmax(sp->draft_logits, V);
+    } else {
+        float *q = sp->q + (size_t)(k - 1) * V;
+        qrt_sampling_probs(sp->draft_logits, V, &sp->ch.sampling, q, sp->ch.work);
+        d = qrt_sample_from(q, V, &sp->ch.rng);
+    }
+    if (sp->opts->draft_hook) d = sp->opts->draft_hook(k, d, pos, sp->opts->draft_user);
+    return d;
+}
+
+qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first) {
+    qrt_session *s = sp->s;
+    int32_t pairs[QRT_MAX_T];
+    /* piece by piece, so each piece's final hidden states are still in scratch when the MTP reads them */
+    for (int32_t start = 0; start < n; start += QRT_MAX_T) {
+        int T = QRT_MIN(QRT_MAX_T, n - start), last = start + T == n;
+        QRT_TRY(qrt_forward(s, ids + start, T, NULL, last, sp->verify_logits));
+        if (last) *first = qrt_choose(&sp->ch, sp->verify_logits);
+        /* the MTP pair at position t is (hidden of token t, token t+1) */
+        for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
+        qrt_mtp_forward(s, qrt_session_hidden(s, 0), pairs, T, start, last ? sp->draft_logits : NULL);
+        sp->mtp_row = T - 1;
+    }
+    sp->next = *first;
+    return QRT_OK;
+}
+
+/* Greedy acceptance: drafts while they equal the main argmax; the bonus is the main argmax after them. */
+static int accept_greedy(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus) {
+    const int32_t V = sp->s->m->cfg.vocab;
+    int j = 0;
+    while (j < K && qrt_argmax(sp->verify_logits + (size_t)j * V, V) == d[j]) j++;
+    *bonus = qrt_argmax(sp->verify_logits + (size_t)j * V, V);
+    return j;
+}
+
+/* Rejection sampling: accept d_k with probability min(1, p(d)/q(d)); at the first rejection draw from
+ * norm(max(0, p − q)); after K accepts draw the bonus from p. */
+static int accept_sampled(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus) {
+    const int32_t V = sp->s->m->cfg.vocab;
+    for (int j = 0; j < K; j++) {
+        const float *q = sp->q + (size_t)j * V;
+        float *p = sp->ch.p;
+        qrt_sampling_probs(sp->verify_logits + (size_t)j * V, V, &sp->ch.sampling, p, sp->ch.work);
+        float pd = p[d[j]], qd = q[d[j]];
+        double u = qrt_rng_uniform(&sp->ch.rng);
+        if (qd > 0 ? u * qd < pd : pd > 0) continue;
+        double mass = 0;
+        for (int32_t i = 0; i < V; i++) mass += p[i] = p[i] > q[i] ? p[i] - q[i] : 0;
+        if (mass > 0)
+            for (int32_t i = 0; i < V; i++) p[i] = (float)(p[i] / mass);
+        else /* p == q: the residual is empty and p itself is the right distribution */
+            qrt_sampling_probs(sp->verify_logits + (size_t)j * V, V, &sp->ch.sampling, p, sp->ch.work);
+        *bonus = qrt_sample_from(p, V, &sp->ch.rng);
+        return j;
+    }
+    *bonus = qrt_choose(&sp->ch, sp->verify_logits + (size_t)K * V);
+    return K;
+}
+
+int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
+    qrt_session *s = sp->s;
+    const size_t D = (size_t)s->m->cfg.hidden;
+    const int32_t P = s->pos;
+    /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
+    int K = QRT_MIN(sp->K, s->max_ctx - P - 1);
+    if (K < 1) {
+        qrt_forward(s, &sp->next, 1, NULL, 1, sp->verify_logits);
+        out[0] = sp->next = qrt_choose(&sp->ch, sp->verify_logits);
+        return 1;
+    }
+    int32_t toks[QRT_SPEC_MAX_K + 1];
+    int32_t *d = toks + 1;
+    toks[0] = sp->next;
+    double t0 = qrt_now_ms();
+    d[0] = draft(sp, 1, P + 1);
+    for (int k = 2; k <= K; k++) {
+        qrt_mtp_forward(s, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, sp->draft_logits);
+        sp->mtp_row = 0;
+        d[k - 1] = draft(sp, k, P + k);
+    }
+    double t1 = qrt_now_ms();
+    int32_t rows[QRT_SPEC_MAX_K + 1];
+    for (int i = 0; i <= K; i++) rows[i] = i;
+    qrt_session_begin_verify(s);
+    qrt_forward(s, toks, K + 1, rows, K + 1, sp->verify_logits); /* arguments checked above: cannot fail */
+    double t2 = qrt_now_ms();
+    int32_t bonus;
+    int j = sp->ch.greedy ? accept_greedy(sp, d, K, &bonus) : accept_sampled(sp, d, K, &bonus);
+    qrt_session_rollback(s, j + 1);
+    for (int i = 0; i < j; i++) out[i] = d[i];
+    out[j] = bonus;
+    /* the MTP catches up on the accepted tokens from the main model's hidden states; its last row's logits
+     * give the next cycle's first draft */
+    qrt_mtp_forward(s, qrt_session_hidden(s, 0), out, j + 1, P, sp->draft_logits);
+    sp->mtp_row = j;
+    sp->next = bonus;
+    qrt_gen_stats *st = sp->stats;
+    st->attempts++;
+    st->accepts += j;
+    st->full_accepts += j == K;
+    for (int i = 0; i < j; i++) st->accepted_at[i]++;
+    st->chain_ms += (t1 - t0) + (qrt_now_ms() - t2);
+    st->verify_ms += t2 - t1;
+    return j + 1;
+}

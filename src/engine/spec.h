@@ -1,0 +1,32 @@
+/* Speculative decoding with the MTP head (DESIGN.md §5, MODEL.md §3). One cycle: the MTP drafts K tokens
+ * (its first draft comes from catching up on the tokens the last cycle accepted), the main model verifies
+ * [next, d1..dK] in one batched forward, the longest matching prefix plus one bonus token is accepted,
+ * the main model rolls back to the accepted tokens, and the MTP catches up on them from the main model's
+ * hidden states. Greedy: accept while the draft equals the main argmax. Sampling: the standard rejection
+ * rule (accept d with probability min(1, p(d)/q(d)), else draw from norm(max(0, p − q))), so the output
+ * follows the plain sampling distribution. */
+#ifndef QRT_SPEC_H
+#define QRT_SPEC_H
+#include "engine/sample.h"
+#include "model/model.h"
+
+typedef struct {
+    qrt_session *s;
+    const qrt_gen_opts *opts;
+    qrt_gen_stats *stats;
+    int K;                /* drafts per cycle */
+    qrt_chooser ch;       /* token choice (and its generator) shared by main and draft picks */
+    int32_t next;         /* the last committed token, not yet consumed by the main model */
+    int mtp_row;          /* row of sc.mtp_out holding the MTP's latest output (the next draft's hidden) */
+    float *verify_logits; /* host [K+1][V] */
+    float *draft_logits;  /* host [V] MTP logits of the latest draft step */
+    float *q;             /* host [K][V] draft distributions (sampling only) */
+} qrt_spec;
+
+qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts *opts, qrt_gen_stats *stats);
+void qrt_spec_free(qrt_spec *sp);
+/* Prefill ids through the main model and the MTP head; the first generated token goes to *first. */
+qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first);
+/* One cycle; writes the accepted drafts and the bonus token to out [K+1] and returns how many. */
+int qrt_spec_cycle(qrt_spec *sp, int32_t *out);
+#endif
