@@ -127,6 +127,8 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
     if (!m) return QRT_ERR_MEMORY;
     qrt_status st = qrt_config_load(dir, &m->cfg);
     if (st == QRT_OK) st = qrt_checkpoint_open(&m->ck, dir);
+    if (st == QRT_OK && opts && opts->mtp_dir && (st = qrt_checkpoint_add_mtp(&m->ck, opts->mtp_dir)) != QRT_OK)
+        qrt_checkpoint_close(&m->ck);
     if (st != QRT_OK) {
         free(m);
         return st;
@@ -149,7 +151,7 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         st = qrt_bind_linear_abs(&m->ck, full, c->vocab, c->hidden, &m->embed);
     }
     if (st == QRT_OK) {
-        if (qrt_st_find(&m->ck.st, "lm_head.weight"))
+        if (qrt_checkpoint_has_linear(&m->ck, "lm_head.weight"))
             st = qrt_bind_linear_abs(&m->ck, "lm_head.weight", c->vocab, c->hidden, &m->lm_head);
         else if (c->tie_embeddings)
             m->lm_head = m->embed;
