@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "io/st_writer.h"
 #include "model/quant_encode.h"
+#include "tools/quant_writer.h"
 #include "tools/tools.h"
 #include "util/progress.h"
 
@@ -85,30 +86,30 @@ static void widen_rows(const qrt_st_tensor *t, int64_t r0, int64_t n, float *out
     }
 }
 
+static void tensor_rows(const void *ctx, int64_t r0, int64_t n, float *out) { widen_rows(ctx, r0, n, out); }
+
 static void prefix_of(const char *name, char *p, size_t n) {
     snprintf(p, n, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
 }
 
-#define BAND_ROWS 1024 /* rows widened at once: a multiple of the FP8 block (128) */
-
-static qrt_status quantize_nvfp4(qrt_st_writer *w, const qrt_st_tensor *t, float *buf, qrt_progress *pr) {
-    const int64_t N = t->shape[0], K = t->shape[1];
+qrt_status qrt_quant_write_nvfp4(qrt_st_writer *w, const qrt_row_source *src, float *buf, qrt_progress *pr) {
+    const int64_t N = src->n, K = src->k;
     char p[512], name[600];
-    prefix_of(t->name, p, sizeof p);
+    prefix_of(src->name, p, sizeof p);
     float amax = 0;
-    for (int64_t r0 = 0; r0 < N; r0 += BAND_ROWS) {
-        int64_t n = QRT_MIN(BAND_ROWS, N - r0);
-        widen_rows(t, r0, n, buf);
+    for (int64_t r0 = 0; r0 < N; r0 += QRT_BAND_ROWS) {
+        int64_t n = QRT_MIN(QRT_BAND_ROWS, N - r0);
+        src->rows(src->ctx, r0, n, buf);
         for (int64_t i = 0; i < n * K; i++) amax = fmaxf(amax, fabsf(buf[i]));
     }
     const float global = qrt_nvfp4_global_scale(amax);
     snprintf(name, sizeof name, "%s.weight_global_scale", p);
     QRT_TRY(qrt_stw_write(w, name, &global, 4));
-    uint8_t *codes = malloc((size_t)(BAND_ROWS * K / 2)), *scales = malloc((size_t)(BAND_ROWS * K / 16));
+    uint8_t *codes = malloc((size_t)(QRT_BAND_ROWS * K / 2)), *scales = malloc((size_t)(QRT_BAND_ROWS * K / 16));
     qrt_status st = codes && scales ? QRT_OK : qrt_fail(QRT_ERR_MEMORY, "out of memory");
-    for (int64_t r0 = 0; r0 < N && st == QRT_OK; r0 += BAND_ROWS) {
-        int64_t n = QRT_MIN(BAND_ROWS, N - r0);
-        widen_rows(t, r0, n, buf);
+    for (int64_t r0 = 0; r0 < N && st == QRT_OK; r0 += QRT_BAND_ROWS) {
+        int64_t n = QRT_MIN(QRT_BAND_ROWS, N - r0);
+        src->rows(src->ctx, r0, n, buf);
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < n; r++)
             qrt_nvfp4_quantize_row(buf + r * K, K, global, codes + r * K / 2, scales + r * K / 16);
@@ -116,25 +117,25 @@ static qrt_status quantize_nvfp4(qrt_st_writer *w, const qrt_st_tensor *t, float
         st = qrt_stw_write_at(w, name, (uint64_t)(r0 * K / 2), codes, (uint64_t)(n * K / 2));
         snprintf(name, sizeof name, "%s.weight_scale", p);
         if (st == QRT_OK) st = qrt_stw_write_at(w, name, (uint64_t)(r0 * K / 16), scales, (uint64_t)(n * K / 16));
-        qrt_progress_add(pr, (uint64_t)n * (uint64_t)K * qrt_dtype_size(t->dtype));
+        qrt_progress_add(pr, (uint64_t)n * (uint64_t)K * src->progress_bytes_per_elem);
     }
     free(codes);
     free(scales);
     return st;
 }
 
-static qrt_status quantize_fp8(qrt_st_writer *w, const qrt_st_tensor *t, float *buf, qrt_progress *pr) {
-    const int64_t N = t->shape[0], K = t->shape[1], KB = QRT_CEIL_DIV(K, 128);
+qrt_status qrt_quant_write_fp8(qrt_st_writer *w, const qrt_row_source *src, float *buf, qrt_progress *pr) {
+    const int64_t N = src->n, K = src->k, KB = QRT_CEIL_DIV(K, 128);
     char p[512], codes_name[600], scales_name[600];
-    prefix_of(t->name, p, sizeof p);
+    prefix_of(src->name, p, sizeof p);
     snprintf(codes_name, sizeof codes_name, "%s.weight", p);
     snprintf(scales_name, sizeof scales_name, "%s.weight_scale_inv", p);
-    uint8_t *codes = malloc((size_t)(BAND_ROWS * K));
-    float *scales = malloc(sizeof(float) * (size_t)(BAND_ROWS / 128 * KB));
+    uint8_t *codes = malloc((size_t)(QRT_BAND_ROWS * K));
+    float *scales = malloc(sizeof(float) * (size_t)(QRT_BAND_ROWS / 128 * KB));
     qrt_status st = codes && scales ? QRT_OK : qrt_fail(QRT_ERR_MEMORY, "out of memory");
-    for (int64_t r0 = 0; r0 < N && st == QRT_OK; r0 += BAND_ROWS) {
-        int64_t n = QRT_MIN(BAND_ROWS, N - r0), bands = QRT_CEIL_DIV(n, 128);
-        widen_rows(t, r0, n, buf);
+    for (int64_t r0 = 0; r0 < N && st == QRT_OK; r0 += QRT_BAND_ROWS) {
+        int64_t n = QRT_MIN(QRT_BAND_ROWS, N - r0), bands = QRT_CEIL_DIV(n, 128);
+        src->rows(src->ctx, r0, n, buf);
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < bands; b++)
             qrt_fp8_quantize_band(buf + b * 128 * K, (int)QRT_MIN(128, n - b * 128), K, codes + b * 128 * K,
@@ -142,11 +143,29 @@ static qrt_status quantize_fp8(qrt_st_writer *w, const qrt_st_tensor *t, float *
         st = qrt_stw_write_at(w, codes_name, (uint64_t)(r0 * K), codes, (uint64_t)(n * K));
         if (st == QRT_OK)
             st = qrt_stw_write_at(w, scales_name, (uint64_t)(r0 / 128 * KB) * 4, scales, (uint64_t)(bands * KB) * 4);
-        qrt_progress_add(pr, (uint64_t)n * (uint64_t)K * qrt_dtype_size(t->dtype));
+        qrt_progress_add(pr, (uint64_t)n * (uint64_t)K * src->progress_bytes_per_elem);
     }
     free(codes);
     free(scales);
     return st;
+}
+
+qrt_status qrt_quant_declare(qrt_st_writer *w, const char *weight_name, int64_t N, int64_t K, int nvfp4) {
+    char pre[512], name[600];
+    prefix_of(weight_name, pre, sizeof pre);
+    if (nvfp4) {
+        const int64_t packed[2] = {N, K / 2}, scales[2] = {N, K / 16}, one[1] = {1};
+        snprintf(name, sizeof name, "%s.weight_packed", pre);
+        QRT_TRY(qrt_stw_declare(w, name, QRT_DT_U8, 2, packed));
+        snprintf(name, sizeof name, "%s.weight_scale", pre);
+        QRT_TRY(qrt_stw_declare(w, name, QRT_DT_F8_E4M3, 2, scales));
+        snprintf(name, sizeof name, "%s.weight_global_scale", pre);
+        return qrt_stw_declare(w, name, QRT_DT_F32, 1, one);
+    }
+    const int64_t shape[2] = {N, K}, scales[2] = {QRT_CEIL_DIV(N, 128), QRT_CEIL_DIV(K, 128)};
+    QRT_TRY(qrt_stw_declare(w, weight_name, QRT_DT_F8_E4M3, 2, shape));
+    snprintf(name, sizeof name, "%s.weight_scale_inv", pre);
+    return qrt_stw_declare(w, name, QRT_DT_F32, 2, scales);
 }
 
 static qrt_status declare_outputs(const plan *p, qrt_st_writer *w, const qrt_st_set *st) {
@@ -156,50 +175,46 @@ static qrt_status declare_outputs(const plan *p, qrt_st_writer *w, const qrt_st_
             QRT_TRY(qrt_stw_declare(w, t->name, t->dtype, t->ndim, t->shape));
             continue;
         }
-        char pre[512], name[600];
-        prefix_of(t->name, pre, sizeof pre);
-        const int64_t N = t->shape[0], K = t->shape[1];
-        if (p->fmt == FMT_NVFP4) {
-            const int64_t packed[2] = {N, K / 2}, scales[2] = {N, K / 16}, one[1] = {1};
-            snprintf(name, sizeof name, "%s.weight_packed", pre);
-            QRT_TRY(qrt_stw_declare(w, name, QRT_DT_U8, 2, packed));
-            snprintf(name, sizeof name, "%s.weight_scale", pre);
-            QRT_TRY(qrt_stw_declare(w, name, QRT_DT_F8_E4M3, 2, scales));
-            snprintf(name, sizeof name, "%s.weight_global_scale", pre);
-            QRT_TRY(qrt_stw_declare(w, name, QRT_DT_F32, 1, one));
-        } else {
-            const int64_t scales[2] = {QRT_CEIL_DIV(N, 128), QRT_CEIL_DIV(K, 128)};
-            QRT_TRY(qrt_stw_declare(w, t->name, QRT_DT_F8_E4M3, 2, t->shape));
-            snprintf(name, sizeof name, "%s.weight_scale_inv", pre);
-            QRT_TRY(qrt_stw_declare(w, name, QRT_DT_F32, 2, scales));
-        }
+        QRT_TRY(qrt_quant_declare(w, t->name, t->shape[0], t->shape[1], p->fmt == FMT_NVFP4));
     }
     return QRT_OK;
 }
 
 /* The quantization_config block, in the form compressed-tensors / transformers' fp8 loader write it. */
-static json_t *quantization_config(const plan *p, const qrt_st_set *st) {
+json_t *qrt_quant_ct_nvfp4_config(int gdn, int lm_head) {
     json_t *qc = json_object();
-    if (p->fmt == FMT_NVFP4) {
-        json_t *targets = json_array();
-        json_array_append_new(targets, json_string("re:.*mlp\\.(gate|up|down)_proj$"));
-        json_array_append_new(targets, json_string("re:.*self_attn\\.(q|k|v|o)_proj$"));
-        if (p->gdn) json_array_append_new(targets, json_string("re:.*linear_attn\\.(in_proj_qkv|in_proj_z|out_proj)$"));
-        if (p->lm_head) json_array_append_new(targets, json_string("re:^lm_head$"));
-        json_t *weights = json_pack("{s:i, s:s, s:b, s:i, s:s, s:b, s:s}", "num_bits", 4, "type", "float", "symmetric",
-                                    1, "group_size", 16, "strategy", "tensor_group", "dynamic", 0, "scale_dtype",
-                                    "torch.float8_e4m3fn");
-        json_t *group = json_pack("{s:o, s:o, s:n, s:n, s:s}", "targets", targets, "weights", weights,
-                                  "input_activations", "output_activations", "format", "nvfp4-pack-quantized");
-        json_object_set_new(qc, "config_groups", json_pack("{s:o}", "group_0", group));
-        json_object_set_new(qc, "quant_method", json_string("compressed-tensors"));
-        json_object_set_new(qc, "kv_cache_scheme", json_null());
-        json_object_set_new(qc, "format", json_string("nvfp4-pack-quantized"));
-        json_object_set_new(qc, "quantization_status", json_string("compressed"));
-        json_object_set_new(qc, "global_compression_ratio", json_null());
-        json_object_set_new(qc, "ignore", json_array());
-        return qc;
-    }
+    json_t *targets = json_array();
+    json_array_append_new(targets, json_string("re:.*mlp\\.(gate|up|down)_proj$"));
+    json_array_append_new(targets, json_string("re:.*self_attn\\.(q|k|v|o)_proj$"));
+    if (gdn) json_array_append_new(targets, json_string("re:.*linear_attn\\.(in_proj_qkv|in_proj_z|out_proj)$"));
+    if (lm_head) json_array_append_new(targets, json_string("re:^lm_head$"));
+    json_t *weights = json_pack("{s:i, s:s, s:b, s:i, s:s, s:b, s:s}", "num_bits", 4, "type", "float", "symmetric",
+                                1, "group_size", 16, "strategy", "tensor_group", "dynamic", 0, "scale_dtype",
+                                "torch.float8_e4m3fn");
+    json_t *group = json_pack("{s:o, s:o, s:n, s:n, s:s}", "targets", targets, "weights", weights,
+                              "input_activations", "output_activations", "format", "nvfp4-pack-quantized");
+    json_object_set_new(qc, "config_groups", json_pack("{s:o}", "group_0", group));
+    json_object_set_new(qc, "quant_method", json_string("compressed-tensors"));
+    json_object_set_new(qc, "kv_cache_scheme", json_null());
+    json_object_set_new(qc, "format", json_string("nvfp4-pack-quantized"));
+    json_object_set_new(qc, "quantization_status", json_string("compressed"));
+    json_object_set_new(qc, "global_compression_ratio", json_null());
+    json_object_set_new(qc, "ignore", json_array());
+    return qc;
+}
+
+json_t *qrt_quant_fp8_config(json_t *modules_to_not_convert) {
+    json_t *qc = json_object();
+    json_object_set_new(qc, "quant_method", json_string("fp8"));
+    json_object_set_new(qc, "fmt", json_string("e4m3"));
+    json_object_set_new(qc, "activation_scheme", json_string("dynamic"));
+    json_object_set_new(qc, "weight_block_size", json_pack("[i, i]", 128, 128));
+    json_object_set_new(qc, "modules_to_not_convert", modules_to_not_convert);
+    return qc;
+}
+
+static json_t *quantization_config(const plan *p, const qrt_st_set *st) {
+    if (p->fmt == FMT_NVFP4) return qrt_quant_ct_nvfp4_config(p->gdn, p->lm_head);
     json_t *skip = json_array();
     for (int i = 0; i < st->n_tensors; i++) {
         const qrt_st_tensor *t = &st->tensors[i];
@@ -210,12 +225,7 @@ static json_t *quantization_config(const plan *p, const qrt_st_set *st) {
             json_array_append_new(skip, json_string(pre));
         }
     }
-    json_object_set_new(qc, "quant_method", json_string("fp8"));
-    json_object_set_new(qc, "fmt", json_string("e4m3"));
-    json_object_set_new(qc, "activation_scheme", json_string("dynamic"));
-    json_object_set_new(qc, "weight_block_size", json_pack("[i, i]", 128, 128));
-    json_object_set_new(qc, "modules_to_not_convert", skip);
-    return qc;
+    return qrt_quant_fp8_config(skip);
 }
 
 static qrt_status write_config(const plan *p, const qrt_st_set *st) {
@@ -280,7 +290,7 @@ static qrt_status run(const plan *p) {
         in_bytes += st.tensors[i].nbytes;
         if (st.tensors[i].ndim == 2) max_k = QRT_MAX(max_k, (uint64_t)st.tensors[i].shape[1]);
     }
-    float *buf = malloc(sizeof(float) * BAND_ROWS * (max_k ? max_k : 1));
+    float *buf = malloc(sizeof(float) * QRT_BAND_ROWS * (max_k ? max_k : 1));
     if (!buf && s == QRT_OK) s = qrt_fail(QRT_ERR_MEMORY, "out of memory");
     qrt_progress pr;
     qrt_progress_begin(&pr, "quantize", in_bytes, 1);
@@ -292,7 +302,8 @@ static qrt_status run(const plan *p) {
             continue;
         }
         n_quant++;
-        s = p->fmt == FMT_NVFP4 ? quantize_nvfp4(&w, t, buf, &pr) : quantize_fp8(&w, t, buf, &pr);
+        qrt_row_source src = {tensor_rows, t, t->shape[0], t->shape[1], t->name, qrt_dtype_size(t->dtype)};
+        s = p->fmt == FMT_NVFP4 ? qrt_quant_write_nvfp4(&w, &src, buf, &pr) : qrt_quant_write_fp8(&w, &src, buf, &pr);
     }
     qrt_progress_end(&pr);
     free(buf);
