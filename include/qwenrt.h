@@ -40,6 +40,7 @@ typedef struct qrt_session qrt_session;
 typedef struct {
     int n_threads;      /* CPU threads for matmuls; 0 = all cores */
     int show_progress;  /* draw a progress bar on stderr while loading */
+    const char *mtp_dir; /* a folder holding mtp.safetensors (MTP sidecar) to add to the checkpoint; NULL = none */
 } qrt_load_opts;
 
 /* Load a Hugging Face checkpoint folder (config.json + *.safetensors) in place. opts may be NULL. */

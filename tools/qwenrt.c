@@ -267,6 +267,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quantize")) return qrt_tool_quantize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "synth")) return qrt_tool_synth(argc - 2, argv + 2);
     fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
     return 2;
 }

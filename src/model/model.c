@@ -82,7 +82,7 @@ static size_t layer_vector_floats(const qrt_model *m, qrt_layer_kind kind) {
 static qrt_status bind_mtp(qrt_model *m, vec_cursor *vc) {
     const qrt_config *c = &m->cfg;
     qrt_mtp *mtp = &m->mtp;
-    if (c->mtp_layers < 1 || !qrt_st_find(&m->ck.st, "mtp.fc.weight")) return QRT_OK;
+    if (c->mtp_layers < 1 || !qrt_checkpoint_has_linear(&m->ck, "mtp.fc.weight")) return QRT_OK;
     const int D = c->hidden;
     QRT_TRY(qrt_bind_linear_abs(&m->ck, "mtp.fc.weight", D, 2 * (int64_t)D, &mtp->fc));
     float **norms[] = {&mtp->norm_emb, &mtp->norm_hidden, &mtp->norm_out};
@@ -163,6 +163,8 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
     if (!m) return QRT_ERR_MEMORY;
     qrt_status st = qrt_config_load(dir, &m->cfg);
     if (st == QRT_OK) st = qrt_checkpoint_open(&m->ck, dir);
+    if (st == QRT_OK && opts && opts->mtp_dir && (st = qrt_checkpoint_add_mtp(&m->ck, opts->mtp_dir)) != QRT_OK)
+        qrt_checkpoint_close(&m->ck);
     if (st != QRT_OK) {
         free(m);
         return st;
@@ -185,7 +187,7 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         st = qrt_bind_linear_abs(&m->ck, name, c->vocab, c->hidden, &m->embed);
     }
     if (st == QRT_OK) {
-        if (qrt_st_find(&m->ck.st, "lm_head.weight"))
+        if (qrt_checkpoint_has_linear(&m->ck, "lm_head.weight"))
             st = qrt_bind_linear_abs(&m->ck, "lm_head.weight", c->vocab, c->hidden, &m->lm_head);
         else if (c->tie_embeddings)
             m->lm_head = m->embed;

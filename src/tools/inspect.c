@@ -21,6 +21,36 @@ static void print_config(const qrt_config *c, FILE *out) {
     fprintf(out, "\n");
 }
 
+/* Every linear's stored format, one line per layer, then count and bytes per format. */
+static void print_linear_formats(const qrt_model *m, FILE *out) {
+    uint64_t bytes[QRT_WF_COUNT] = {0};
+    int count[QRT_WF_COUNT] = {0};
+    fprintf(out, "\nlinear formats (quantization declared: %s%s%s):\n", qrt_quant_scheme_name(m->ck.quant.scheme),
+            m->ck.quant.source[0] ? " by " : "", m->ck.quant.source);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        const qrt_layer *l = &m->layers[i];
+        const struct {
+            const char *name;
+            const qrt_linear *w;
+        } lin[] = {{"in_qkv", &l->in_qkv}, {"in_z", &l->in_z}, {"in_a", &l->in_a}, {"in_b", &l->in_b},
+                   {"out", &l->out},       {"q", &l->q},       {"k", &l->k},       {"v", &l->v},
+                   {"o", &l->o},           {"gate", &l->gate}, {"up", &l->up},     {"down", &l->down}};
+        fprintf(out, "  layer %3d %c:", i, m->cfg.layer_kind[i] == QRT_LAYER_FULL ? 'F' : 'L');
+        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++) {
+            if (!lin[j].w->data) continue;
+            fprintf(out, " %s %s", lin[j].name, qrt_wformat_name(lin[j].w->fmt));
+            bytes[lin[j].w->fmt] += qrt_linear_bytes(lin[j].w);
+            count[lin[j].w->fmt]++;
+        }
+        fprintf(out, "\n");
+    }
+    fprintf(out, "  embed_tokens %s, lm_head %s%s\n", qrt_wformat_name(m->embed.fmt), qrt_wformat_name(m->lm_head.fmt),
+            m->lm_head.data == m->embed.data ? " (tied)" : "");
+    for (int f = 0; f < QRT_WF_COUNT; f++)
+        if (count[f]) fprintf(out, "  %-13s %4d layer linears, %14llu bytes\n", qrt_wformat_name((qrt_wformat)f), count[f],
+                              (unsigned long long)bytes[f]);
+}
+
 int qrt_tool_inspect(const char *dir, int json, FILE *out) {
     (void)json;
     qrt_config cfg;
@@ -51,6 +81,7 @@ int qrt_tool_inspect(const char *dir, int json, FILE *out) {
         fprintf(stderr, "qwenrt inspect: the model does not load: %s\n", qrt_last_error());
         return 1;
     }
+    print_linear_formats(m, out);
     qrt_token_bytes b;
     qrt_model_bytes(m, &b);
     fprintf(out, "\nbytes read per decoded token:\n");

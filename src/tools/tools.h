@@ -4,4 +4,7 @@
 #include <stdio.h>
 
 int qrt_tool_inspect(const char *dir, int json, FILE *out);
+/* qwenrt quantize / synth: argv holds the arguments after the subcommand name. */
+int qrt_tool_quantize(int argc, char **argv);
+int qrt_tool_synth(int argc, char **argv);
 #endif

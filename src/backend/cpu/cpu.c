@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_quant.h"
 
 void qrt_cpu_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
@@ -17,31 +18,8 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, sr
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static qrt_status cpu_prepare_linear(qrt_linear *w) { return QRT_OK; }
 
-/* Widen n elements of a weight row to f32. */
-static void row_to_f32(qrt_wformat fmt, const void *row, int64_t off, int64_t n, float *out) {
-    switch (fmt) {
-    case QRT_WF_F32: memcpy(out, (const float *)row + off, sizeof(float) * (size_t)n); break;
-    case QRT_WF_BF16: {
-        const uint16_t *r = (const uint16_t *)row + off;
-        for (int64_t i = 0; i < n; i++) out[i] = qrt_bf16_to_f32(r[i]);
-        break;
-    }
-    case QRT_WF_F16: {
-        const uint16_t *r = (const uint16_t *)row + off;
-        for (int64_t i = 0; i < n; i++) out[i] = qrt_f16_to_f32(r[i]);
-        break;
-    }
-    default: QRT_ASSERT(!"unknown weight format");
-    }
-}
-
-static const void *weight_row(const qrt_linear *W, int64_t r) {
-    size_t esize = W->fmt == QRT_WF_F32 ? 4 : 2;
-    return (const uint8_t *)W->data + (size_t)r * (size_t)W->k * esize;
-}
-
 static void cpu_embed(const qrt_linear *E, const int32_t *ids, int T, float *out) {
-    for (int t = 0; t < T; t++) row_to_f32(E->fmt, weight_row(E, ids[t]), 0, E->k, out + (size_t)t * E->k);
+    for (int t = 0; t < T; t++) qrt_cpu_row_to_f32(E, ids[t], 0, E->k, out + (size_t)t * E->k);
 }
 
 /* Dot products of one weight row with T activation rows. K is walked in blocks (the row widened to f32
@@ -50,7 +28,6 @@ static void cpu_embed(const qrt_linear *E, const int32_t *ids, int T, float *out
 #define MM_TB 64
 static void matmul_row(const qrt_linear *W, int64_t r, const float *x, int T, float *y) {
     const int64_t K = W->k;
-    const void *row = weight_row(W, r);
     float wbuf[MM_KB];
     for (int t0 = 0; t0 < T; t0 += MM_TB) {
         int tn = QRT_MIN(MM_TB, T - t0);
@@ -58,7 +35,7 @@ static void matmul_row(const qrt_linear *W, int64_t r, const float *x, int T, fl
         memset(acc, 0, sizeof acc);
         for (int64_t k0 = 0; k0 < K; k0 += MM_KB) {
             int64_t kn = QRT_MIN(MM_KB, K - k0);
-            row_to_f32(W->fmt, row, k0, kn, wbuf);
+            qrt_cpu_row_to_f32(W, r, k0, kn, wbuf); /* MM_KB is a multiple of 16 */
             for (int t = 0; t < tn; t++) {
                 const float *xr = x + (size_t)(t0 + t) * K + k0;
                 float *a = acc[t];
