@@ -31,12 +31,20 @@ static const char *usage_logits =
     "             (default: one line per position with its argmax and top logit)\n";
 
 static const char *usage_generate =
-    "usage: qwenrt generate -m DIR --ids 1,2,3 [-n 32] [--json] [--ctx N] [--threads N] [--no-eos]\n"
+    "usage: qwenrt generate -m DIR [--mtp DIR] --ids 1,2,3 [-n 32] [--spec-k K] [--temperature T] [--top-p P]\n"
+    "                       [--top-k K] [--seed S] [--json] [--ctx N] [--threads N] [--no-eos]\n"
     "\n"
-    "Greedy decoding: prefill the ids, then generate -n tokens (stopping early at the model's eos token\n"
-    "unless --no-eos).\n"
-    "  --json     {\"tokens\": [ids], \"n_prompt\": n, \"prefill_ms\": x, \"decode_ms\": y, \"decode_tok_s\": z}\n"
+    "Prefill the ids, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
+    "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
+    "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
+    "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
+    "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
+    "  --json     {\"tokens\": [ids], \"n_prompt\", \"n_new\", \"prefill_ms\", \"decode_ms\", \"decode_tok_s\",\n"
+    "              \"spec\": {\"k\", \"attempts\", \"accepts\", \"al\", \"tokens_per_cycle\", \"full_accept_rate\",\n"
+    "                       \"accept_at\": [rate per draft position], \"chain_ms\", \"verify_ms\"}}\n"
     "  --ctx N    session context in tokens (default: prompt + n)\n"
+    "speculative counters: attempts = cycles, accepts = accepted drafts (bonus not counted), AL =\n"
+    "accepts / attempts, tokens per cycle = AL + 1.\n"
     "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
     "token; decode tok/s = (n_new - 1) / decode_ms * 1000.\n";
 
@@ -89,15 +97,29 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int lo, i
 }
 
 typedef struct {
-    const char *model;
+    const char *model, *mtp;
     const char *ids, *pos;
-    int n, json, threads, ctx, no_eos, help;
+    int n, json, threads, ctx, no_eos, help, spec_k;
+    qrt_sampling sampling;
 } args;
+
+static int parse_float(const char *cmd, const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "qwenrt %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
 
 /* Shared flag parser for the model commands; unknown flags are errors. */
 static int parse_args(const char *cmd, int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->n = 32;
+    a->spec_k = QRT_SPEC_DEFAULT;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -117,6 +139,19 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             if (!parse_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
         } else if (!strcmp(f, "--ctx")) {
             if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
+        } else if (!strcmp(f, "--mtp")) a->mtp = v;
+        else if (!strcmp(f, "--spec-k")) {
+            if (!parse_int(cmd, f, v, 0, QRT_SPEC_MAX_K, &a->spec_k)) return 0;
+        } else if (!strcmp(f, "--temperature")) {
+            if (!parse_float(cmd, f, v, 0, 100, &a->sampling.temperature)) return 0;
+        } else if (!strcmp(f, "--top-p")) {
+            if (!parse_float(cmd, f, v, 0, 1, &a->sampling.top_p)) return 0;
+        } else if (!strcmp(f, "--top-k")) {
+            if (!parse_int(cmd, f, v, 0, 1 << 22, &a->sampling.top_k)) return 0;
+        } else if (!strcmp(f, "--seed")) {
+            int seed;
+            if (!parse_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
+            a->sampling.seed = (uint64_t)seed;
         } else {
             fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
             return 0;
@@ -131,7 +166,7 @@ static qrt_model *load_model(const char *cmd, const args *a) {
         fprintf(stderr, "qwenrt %s: no model given; pass -m DIR (a Hugging Face checkpoint folder)\n", cmd);
         return NULL;
     }
-    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1};
+    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .mtp_dir = a->mtp};
     qrt_model *m;
     if (qrt_model_load(a->model, &opts, &m) != QRT_OK) {
         fprintf(stderr, "qwenrt %s: %s\n", cmd, qrt_last_error());
@@ -209,6 +244,25 @@ static int print_token(int32_t id, void *user) {
     return 0;
 }
 
+static double rate(int64_t num, int64_t den) { return den ? (double)num / (double)den : 0; }
+
+static void print_spec_json(const qrt_gen_stats *g) {
+    printf(", \"spec\": {\"k\": %d, \"attempts\": %lld, \"accepts\": %lld, \"al\": %.4f, \"tokens_per_cycle\": %.4f, "
+           "\"full_accept_rate\": %.4f, \"accept_at\": [", g->spec_k, (long long)g->attempts, (long long)g->accepts,
+           rate(g->accepts, g->attempts), rate(g->accepts, g->attempts) + 1, rate(g->full_accepts, g->attempts));
+    for (int i = 0; i < g->spec_k; i++) printf("%s%.4f", i ? ", " : "", rate(g->accepted_at[i], g->attempts));
+    printf("], \"chain_ms\": %.3f, \"verify_ms\": %.3f}", g->chain_ms, g->verify_ms);
+}
+
+static void print_spec_line(const qrt_gen_stats *g) {
+    fprintf(stderr, "speculative K=%d: %lld cycles, %lld drafts accepted, AL %.2f, %.2f tokens/cycle, full accepts "
+            "%.0f%%; per position:", g->spec_k, (long long)g->attempts, (long long)g->accepts,
+            rate(g->accepts, g->attempts), rate(g->accepts, g->attempts) + 1, 100 * rate(g->full_accepts, g->attempts));
+    for (int i = 0; i < g->spec_k; i++) fprintf(stderr, " %.2f", rate(g->accepted_at[i], g->attempts));
+    fprintf(stderr, "; chain %.2f ms, verify %.2f ms per cycle\n", g->attempts ? g->chain_ms / g->attempts : 0,
+            g->attempts ? g->verify_ms / g->attempts : 0);
+}
+
 static int cmd_generate(int argc, char **argv) {
     args a;
     if (!parse_args("generate", argc, argv, &a)) return 2;
@@ -223,8 +277,8 @@ static int cmd_generate(int argc, char **argv) {
     int rc = 1, printed = 0;
     int ctx = a.ctx ? a.ctx : n + a.n;
     if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
-        qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .on_token = a.json ? NULL : print_token,
-                           .user = &printed};
+        qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
+                           .on_token = a.json ? NULL : print_token, .user = &printed};
         qrt_gen_stats gs;
         if (qrt_generate(s, ids, n, &go, out, &gs) == QRT_OK) {
             rc = 0;
@@ -233,11 +287,14 @@ static int cmd_generate(int argc, char **argv) {
                 printf("{\"tokens\": [");
                 for (int i = 0; i < gs.n_new; i++) printf("%s%d", i ? ", " : "", out[i]);
                 printf("], \"n_prompt\": %d, \"n_new\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
-                       "\"decode_tok_s\": %.2f}\n", gs.n_prompt, gs.n_new, gs.prefill_ms, gs.decode_ms, tps);
+                       "\"decode_tok_s\": %.2f", gs.n_prompt, gs.n_new, gs.prefill_ms, gs.decode_ms, tps);
+                if (gs.spec_k) print_spec_json(&gs);
+                printf("}\n");
             } else {
                 printf("\n");
                 fprintf(stderr, "prompt %d tokens, prefill %.1f ms; %d new tokens, decode %.1f ms (%.2f tok/s)\n",
                         gs.n_prompt, gs.prefill_ms, gs.n_new, gs.decode_ms, tps);
+                if (gs.spec_k) print_spec_line(&gs);
             }
         }
     }
