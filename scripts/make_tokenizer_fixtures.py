@@ -4,6 +4,10 @@
 Usage:  python3 scripts/make_tokenizer_fixtures.py tests/data/tokenizer
         python3 scripts/make_tokenizer_fixtures.py --big OUT.json   (a 248K-vocab tokenizer.json for timing
                                                                     the loader; large, not committed)
+        python3 scripts/make_tokenizer_fixtures.py --bench-text OUT.txt         (~10 MB of mixed text)
+        python3 scripts/make_tokenizer_fixtures.py --bench-hf TOKENIZER.json TEXT  (HF load time and
+                                                                    single-thread encode MB/s, for comparison
+                                                                    with build/bin/bench_tokenizer)
 
 Writes
   tok-small.json, tok-large.json   two byte-level BPE tokenizers trained here with HF `tokenizers` on the
@@ -372,9 +376,57 @@ def big_tokenizer(out_path):
     print(f"{out_path}: {len(vocab)} tokens, {len(merges)} merges, {os.path.getsize(out_path)} bytes")
 
 
+def bench_text(out_path):
+    rng = random.Random(99)
+    parts, size = [], 0
+    while size < 10 * 1024 * 1024:
+        s = sentence(rng) + rng.choice([" ", "\n", "  "])
+        parts.append(s)
+        size += len(s.encode())
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write("".join(parts))
+    print(f"{out_path}: {size} bytes")
+
+
+def bench_hf(tok_path, text_path):
+    """HF `tokenizers` on one thread: Tokenizer.encode of the whole text (no batching, so no rayon)."""
+    import time
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    t0 = time.perf_counter()
+    tok = Tokenizer.from_file(tok_path)
+    load = time.perf_counter() - t0
+    text = open(text_path, encoding="utf-8").read()
+    mb = len(text.encode()) / 1e6
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        n = len(tok.encode(text).ids)
+        best = min(best, time.perf_counter() - t0)
+    print(f"HF tokenizers {__import__('tokenizers').__version__}: load {load * 1e3:.1f} ms; encode {mb:.2f} MB "
+          f"-> {n} ids in {best * 1e3:.1f} ms = {mb / best:.2f} MB/s (best of 3)")
+    # the same text as ~10 KB documents encoded one after another (HF is slower on one huge string)
+    docs, at = [], 0
+    while at < len(text):
+        end = text.find("\n", at + 10000)
+        end = len(text) if end < 0 else end + 1
+        docs.append(text[at:end])
+        at = end
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        n = sum(len(tok.encode(d).ids) for d in docs)
+        best = min(best, time.perf_counter() - t0)
+    print(f"HF tokenizers: {len(docs)} documents of ~10 KB one by one -> {n} ids in {best * 1e3:.1f} ms = "
+          f"{mb / best:.2f} MB/s (best of 3)")
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--big":
         return big_tokenizer(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] == "--bench-text":
+        return bench_text(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--bench-hf":
+        return bench_hf(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     out = sys.argv[1]
