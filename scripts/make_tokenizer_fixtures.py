@@ -434,6 +434,15 @@ def main():
     toks = {"small": build_tokenizer(2000, 11), "large": build_tokenizer(8000, 12)}
     write_json(os.path.join(out, "tok-small.json"), tokenizer_json(toks["small"], legacy_merges=False))
     write_json(os.path.join(out, "tok-large.json"), tokenizer_json(toks["large"], legacy_merges=True))
+    # tok-variant: the small one with the options Qwen does not use but tokenizer.json allows:
+    # ignore_merges, an lstrip/rstrip added token and a normalized (matched after NFC) added token
+    variant = build_tokenizer(2000, 11)
+    variant.add_tokens([AddedToken("<pad>", lstrip=True, rstrip=True, normalized=False),
+                        AddedToken("café", normalized=True)])
+    vj = tokenizer_json(variant, legacy_merges=False)
+    vj["model"]["ignore_merges"] = True
+    write_json(os.path.join(out, "tok-variant.json"), vj)
+    toks["variant"] = None
     for name in toks:  # the files as written are what the C side reads: reload to be sure they agree
         toks[name] = Tokenizer.from_file(os.path.join(out, f"tok-{name}.json"))
 
@@ -447,6 +456,8 @@ def main():
     strings.append(big)
     strings.append(" " * 5000 + "x" + "\n" * 3000)  # long whitespace runs stress the BPE merge queue
     strings.append("ab" * 3000)
+    strings += ["x <pad> y", "x  <pad>\n\ny", "<pad>", "a<pad>b", "un café noir", "cafe\u0301 au lait", "cafés",
+                "CAFÉ", " café ", "caf\u00e9<pad>cafe\u0301"]
     cases = [{"text": s, "ids": {n: t.encode(s).ids for n, t in toks.items()}} for s in strings]
     enc = {"tokenizers_version": __import__("tokenizers").__version__, "cases": cases,
            "decode": {n: decode_cases(t, rng, 150) for n, t in toks.items()},

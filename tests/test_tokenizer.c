@@ -90,7 +90,9 @@ static void check_roundtrip(const qrt_tokenizer *t, const char *text, size_t len
     free(joined), free(expect), free(decoded);
 }
 
-static void test_encode(const char *tok_name, const char *file, json_t *cases) {
+/* roundtrip: check decode(encode(s)) == NFC(s); not for tok-variant, whose lstrip/rstrip token swallows
+ * whitespace and whose added token "café" decodes (as in HF) through the byte map to invalid UTF-8. */
+static void test_encode(const char *tok_name, const char *file, json_t *cases, int roundtrip) {
     qrt_tokenizer *t;
     if (qrt_tokenizer_load(data_path(file), &t) != QRT_OK) {
         CHECK(0, "load %s: %s", file, qrt_last_error());
@@ -120,7 +122,7 @@ static void test_encode(const char *tok_name, const char *file, json_t *cases) {
             free(w);
         }
         ok += same;
-        check_roundtrip(t, text, len, ids, n);
+        if (roundtrip) check_roundtrip(t, text, len, ids, n);
         free(ids);
     }
     printf("encode %-5s: %d / %zu strings match HF ids\n", tok_name, ok, json_array_size(cases));
@@ -368,10 +370,12 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s", argv[1]);
     json_t *enc = load_json("encode_cases.json");
     json_t *cases = json_object_get(enc, "cases"), *dec = json_object_get(enc, "decode");
-    test_encode("small", "tok-small.json", cases);
-    test_encode("large", "tok-large.json", cases);
+    test_encode("small", "tok-small.json", cases, 1);
+    test_encode("large", "tok-large.json", cases, 1);
+    test_encode("variant", "tok-variant.json", cases, 0); /* ignore_merges, lstrip/rstrip, normalized added token */
     test_decode("small", "tok-small.json", json_object_get(dec, "small"));
     test_decode("large", "tok-large.json", json_object_get(dec, "large"));
+    test_decode("variant", "tok-variant.json", json_object_get(dec, "variant"));
     test_invalid_utf8(json_object_get(enc, "invalid_utf8_hex"));
     test_malformed();
     json_decref(enc);
