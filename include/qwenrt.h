@@ -111,6 +111,39 @@ typedef struct {
 qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, int32_t *out,
                         qrt_gen_stats *stats);
 
+
+/* ------------------------------------------------------------------------------------------------
+ * Tokenizer: the byte-level BPE of a model's tokenizer.json (NFC, the pre-tokenizer's split regex,
+ * merges by rank; added/special tokens such as <|im_end|> are matched as whole strings first).
+ *
+ *   qrt_tokenizer *tok; qrt_tokenizer_load("Qwen3.6-27B/tokenizer.json", &tok);
+ *   int32_t *ids; size_t n; qrt_tokenize(tok, text, strlen(text), &ids, &n); ... free(ids);
+ */
+typedef struct qrt_tokenizer qrt_tokenizer;
+
+qrt_status qrt_tokenizer_load(const char *path, qrt_tokenizer **out);
+void qrt_tokenizer_free(qrt_tokenizer *t);
+int32_t qrt_tokenizer_vocab(const qrt_tokenizer *t); /* ids are 0..vocab-1 (BPE and added tokens) */
+/* The id of a token given as text ("<|im_end|>", "hello"), or -1 when no single token spells it. */
+int32_t qrt_tokenizer_token_id(const qrt_tokenizer *t, const char *token);
+
+/* Encode len bytes of UTF-8 text (invalid UTF-8 is refused with QRT_ERR_ARG). *ids is allocated with
+ * malloc (free() it) and holds *n_ids ids. */
+qrt_status qrt_tokenize(const qrt_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+/* Decode ids to NUL-terminated UTF-8 in *text (malloc; free() it), *len bytes (len may be NULL).
+ * Byte sequences that are not valid UTF-8 become U+FFFD, as in Hugging Face tokenizers. */
+qrt_status qrt_detokenize(const qrt_tokenizer *t, const int32_t *ids, size_t n_ids, char **text, size_t *len);
+
+/* Streaming decode, one token at a time: a character whose bytes are split across tokens is held back
+ * until it is complete, so every piece returned is valid UTF-8 and the pieces concatenate to exactly
+ * qrt_detokenize of all the ids. The returned text stays valid until the next call on the stream. */
+typedef struct qrt_detok_stream qrt_detok_stream;
+qrt_status qrt_detok_stream_new(const qrt_tokenizer *t, qrt_detok_stream **out);
+qrt_status qrt_detok_stream_push(qrt_detok_stream *s, int32_t id, const char **text, size_t *len);
+/* End of the stream: bytes still held back (an unfinished character) come out as U+FFFD. */
+const char *qrt_detok_stream_flush(qrt_detok_stream *s, size_t *len);
+void qrt_detok_stream_free(qrt_detok_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,7 +17,11 @@ static const char *usage_main =
     "commands:\n"
     "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token\n"
     "  logits          logits of a token sequence as JSON (for checking against a reference)\n"
-    "  generate        greedy generation from token ids\n"
+    "  generate        generation from token ids or text (greedy or sampled, MTP speculative decoding)\n"
+    "  tokenize        token ids of a text (-m DIR or --tokenizer FILE)\n"
+    "  detokenize      text of comma-separated token ids\n"
+    "  quantize IN OUT write a quantized copy of a checkpoint (--format nvfp4|fp8)\n"
+    "  synth OUT       write a random-weight checkpoint of a preset shape (--preset tiny|qwen3.6-27b)\n"
     "\n"
     "DIR is a Hugging Face checkpoint folder: config.json and model.safetensors (or shards listed in\n"
     "model.safetensors.index.json), read in place.\n";
@@ -31,11 +35,14 @@ static const char *usage_logits =
     "             (default: one line per position with its argmax and top logit)\n";
 
 static const char *usage_generate =
-    "usage: qwenrt generate -m DIR [--mtp DIR] --ids 1,2,3 [-n 32] [--spec-k K] [--temperature T] [--top-p P]\n"
-    "                       [--top-k K] [--seed S] [--json] [--ctx N] [--threads N] [--no-eos]\n"
+    "usage: qwenrt generate -m DIR [--mtp DIR] (--ids 1,2,3 | -p TEXT [--chat] [--think|--no-think]) [-n 32]\n"
+    "                       [--spec-k K] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]\n"
+    "                       [--ctx N] [--threads N] [--no-eos]\n"
     "\n"
-    "Prefill the ids, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
+    "Prefill the prompt, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
     "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
+    "  -p TEXT          the prompt as text, tokenized with DIR/tokenizer.json; the output streams as text\n"
+    "  --chat           wrap -p TEXT as one user message in the chat template (thinking on unless --no-think)\n"
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
     "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
     "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
@@ -98,8 +105,8 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int lo, i
 
 typedef struct {
     const char *model, *mtp;
-    const char *ids, *pos;
-    int n, json, threads, ctx, no_eos, help, spec_k;
+    const char *ids, *pos, *prompt;
+    int n, json, threads, ctx, no_eos, help, spec_k, chat, no_think;
     qrt_sampling sampling;
 } args;
 
@@ -127,6 +134,9 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1, takes = 0;
         else if (!strcmp(f, "--json")) a->json = 1, takes = 0;
         else if (!strcmp(f, "--no-eos")) a->no_eos = 1, takes = 0;
+        else if (!strcmp(f, "--chat")) a->chat = 1, takes = 0;
+        else if (!strcmp(f, "--think") || !strcmp(f, "--no-think")) a->no_think = f[2] == 'n', takes = 0;
+        else if (!strcmp(f, "-p") && v) a->prompt = v;
         else if (!v) {
             fprintf(stderr, "qwenrt %s: %s needs a value (or is unknown; see --help)\n", cmd, f);
             return 0;
@@ -267,10 +277,13 @@ static int cmd_generate(int argc, char **argv) {
     args a;
     if (!parse_args("generate", argc, argv, &a)) return 2;
     if (a.help) return fputs(usage_generate, stdout), 0;
-    if (!a.ids) return die("generate", "no prompt; pass --ids 1,2,3");
+    if (!a.ids && !a.prompt) return die("generate", "no prompt; pass --ids 1,2,3 or -p TEXT");
     int32_t *ids = NULL;
-    int n = parse_ids("generate", "--ids", a.ids, &ids);
-    if (n < 0) return 2;
+    qrt_tokenizer *tok = NULL; /* with -p: the output streams as text */
+    qrt_detok_stream *stream = NULL;
+    int n = a.prompt ? qrt_cli_prompt_ids("generate", a.model, a.prompt, a.chat, !a.no_think, &tok, &ids)
+                     : parse_ids("generate", "--ids", a.ids, &ids);
+    if (n < 0 || (tok && qrt_detok_stream_new(tok, &stream) != QRT_OK)) return qrt_tokenizer_free(tok), free(ids), 2;
     qrt_model *m = load_model("generate", &a);
     qrt_session *s = NULL;
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
@@ -279,9 +292,13 @@ static int cmd_generate(int argc, char **argv) {
     if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
                            .on_token = a.json ? NULL : print_token, .user = &printed};
+        if (stream && !a.json) go.on_token = qrt_cli_print_token_text, go.user = stream;
         qrt_gen_stats gs;
         if (qrt_generate(s, ids, n, &go, out, &gs) == QRT_OK) {
             rc = 0;
+            size_t tail = 0; /* an unfinished UTF-8 character at the end prints as U+FFFD */
+            const char *rest = stream && !a.json ? qrt_detok_stream_flush(stream, &tail) : "";
+            fwrite(rest, 1, tail, stdout);
             double tps = gs.n_new > 1 && gs.decode_ms > 0 ? (gs.n_new - 1) / gs.decode_ms * 1e3 : 0;
             if (a.json) {
                 printf("{\"tokens\": [");
@@ -299,6 +316,8 @@ static int cmd_generate(int argc, char **argv) {
         }
     }
     if (m && rc) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
+    qrt_detok_stream_free(stream);
+    qrt_tokenizer_free(tok);
     qrt_session_free(s);
     qrt_model_free(m);
     free(ids);
@@ -326,6 +345,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return qrt_tool_quantize(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return qrt_tool_synth(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return qrt_cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "detokenize")) return qrt_cmd_detokenize(argc - 2, argv + 2);
     fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
     return 2;
 }

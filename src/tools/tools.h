@@ -1,10 +1,23 @@
 /* Subcommands that are more than a call into the public API. Each returns a process exit code. */
 #ifndef QRT_TOOLS_H
 #define QRT_TOOLS_H
+#include <stdint.h>
 #include <stdio.h>
+
+#include "qwenrt.h"
 
 int qrt_tool_inspect(const char *dir, int json, FILE *out);
 /* qwenrt quantize / synth: argv holds the arguments after the subcommand name. */
 int qrt_tool_quantize(int argc, char **argv);
 int qrt_tool_synth(int argc, char **argv);
+
+/* qwenrt tokenize / detokenize (tools/cmd_tokenize.c). */
+int qrt_cmd_tokenize(int argc, char **argv);
+int qrt_cmd_detokenize(int argc, char **argv);
+/* For `generate -p TEXT [--chat]`: the ids of TEXT with DIR/tokenizer.json (with --chat: TEXT as one user
+ * message through the chat template, thinking on or off). Returns the count, or -1 after printing why. */
+int qrt_cli_prompt_ids(const char *cmd, const char *dir, const char *text, int chat, int think, qrt_tokenizer **tok,
+                       int32_t **ids);
+/* A qrt_token_cb that prints each token's text through a qrt_detok_stream (user). */
+int qrt_cli_print_token_text(int32_t id, void *stream);
 #endif
