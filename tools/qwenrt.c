@@ -18,12 +18,15 @@ static const char *usage_main =
     "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token\n"
     "  logits          logits of a token sequence as JSON (for checking against a reference)\n"
     "  generate        greedy generation from token ids\n"
+#ifdef QRT_HAVE_CUDA
+    "  tilebench       time the NVFP4 matmul variants at the 27B shapes against measured bandwidth\n"
+#endif
     "\n"
     "DIR is a Hugging Face checkpoint folder: config.json and model.safetensors (or shards listed in\n"
     "model.safetensors.index.json), read in place.\n";
 
 static const char *usage_logits =
-    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N]\n"
+    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N] [--device auto|cpu|cuda]\n"
     "\n"
     "Runs the ids through the model in one call and prints the logits after the last token and after\n"
     "every position named by --pos (0-based indices into --ids).\n"
@@ -32,11 +35,14 @@ static const char *usage_logits =
 
 static const char *usage_generate =
     "usage: qwenrt generate -m DIR --ids 1,2,3 [-n 32] [--json] [--ctx N] [--threads N] [--no-eos]\n"
+    "                       [--device auto|cpu|cuda]\n"
     "\n"
     "Greedy decoding: prefill the ids, then generate -n tokens (stopping early at the model's eos token\n"
     "unless --no-eos).\n"
     "  --json     {\"tokens\": [ids], \"n_prompt\": n, \"prefill_ms\": x, \"decode_ms\": y, \"decode_tok_s\": z}\n"
     "  --ctx N    session context in tokens (default: prompt + n)\n"
+    "  --device   cuda (an error when this build or machine has none), cpu, or auto (default: cuda when a GPU\n"
+    "             is present)\n"
     "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
     "token; decode tok/s = (n_new - 1) / decode_ms * 1000.\n";
 
@@ -92,6 +98,7 @@ typedef struct {
     const char *model;
     const char *ids, *pos;
     int n, json, threads, ctx, no_eos, help;
+    int device; /* QRT_DEVICE_* */
 } args;
 
 /* Shared flag parser for the model commands; unknown flags are errors. */
@@ -115,6 +122,14 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             if (!parse_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
         } else if (!strcmp(f, "--threads")) {
             if (!parse_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
+        } else if (!strcmp(f, "--device")) {
+            if (!strcmp(v, "auto")) a->device = QRT_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) a->device = QRT_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) a->device = QRT_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "qwenrt %s: --device expects auto, cpu or cuda, got '%s'\n", cmd, v);
+                return 0;
+            }
         } else if (!strcmp(f, "--ctx")) {
             if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
         } else {
@@ -131,7 +146,7 @@ static qrt_model *load_model(const char *cmd, const args *a) {
         fprintf(stderr, "qwenrt %s: no model given; pass -m DIR (a Hugging Face checkpoint folder)\n", cmd);
         return NULL;
     }
-    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1};
+    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .device = a->device};
     qrt_model *m;
     if (qrt_model_load(a->model, &opts, &m) != QRT_OK) {
         fprintf(stderr, "qwenrt %s: %s\n", cmd, qrt_last_error());
@@ -267,6 +282,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+#ifdef QRT_HAVE_CUDA
+    if (!strcmp(cmd, "tilebench")) return qrt_tool_tilebench(argc - 2, argv + 2);
+#endif
     fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
     return 2;
 }

@@ -4,4 +4,8 @@
 #include <stdio.h>
 
 int qrt_tool_inspect(const char *dir, int json, FILE *out);
+#ifdef QRT_HAVE_CUDA
+/* qwenrt tilebench: NVFP4 GEMV variants at the 27B decode shapes vs measured read bandwidth. */
+int qrt_tool_tilebench(int argc, char **argv);
+#endif
 #endif
