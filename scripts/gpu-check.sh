@@ -6,13 +6,16 @@
 #   bash scripts/gpu-check.sh
 # Full logs go to $OUT (the device tool returns that folder); a short table is printed last.
 # The binaries are run directly rather than through ctest: only build-cuda/bin travels, not the build tree.
+# The device tool sends the session's main checkout, not a helper's worktree: from a worktree, copy bin/,
+# this script and tests/data into one git-ignored folder of the main checkout (build-*), carry that, and run
+#   cd FOLDER && QRT_COMMIT=<hash> BIN=bin bash gpu-check.sh
 set -u
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 export QRT_CACHE_DIR="$OUT/tune" # the autotune cache comes back with the logs
 {
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') date $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "commit ${QRT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")} date $(date -u +%Y-%m-%dT%H:%MZ)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total,temperature.gpu,power.draw \
     --format=csv 2>&1
 } > "$OUT/device.txt"
