@@ -1,8 +1,10 @@
 /* Matmul y [T][N] = x [T][K] · Wᵀ for every weight format, and the NVFP4 autotuner.
  *
  * Variants (dense = BF16/F16/F32, picked by T; NVFP4 = W4A16, picked by measurement):
- *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load
+ *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load;
+ *                                  x first copied into lane order (permute_x_lanes) for coalesced loads
  *   dense 1  dense_tiled<fmt>      T > 16: 8 warps × 4 rows per block, 16-token x tile in shared memory
+ *   (every NVFP4 variant reads x in lane order too: permute_x_lanes runs first, inside the timed call)
  *   nvfp4 0  warp_row              one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
  *   nvfp4 1  warp_2rows            one warp per 2 rows (x loaded once for both), 4 warps per block
  *   nvfp4 2  warp_4rows            one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
@@ -29,6 +31,50 @@
 
 extern "C" {
 #include "util/common.h"
+}
+
+/* ---- activations in lane order --------------------------------------------------------------------
+ * A GEMV lane reads the x elements of its own weight chunk: with x row-major, the 32 lanes of a warp read
+ * 32 addresses one chunk apart, 32 cache lines per load instruction (measured: NVFP4 at 12% of the read
+ * bandwidth, bound by L1 wavefronts). So x is first copied into lane order: chunks of CE elements, in
+ * groups of 32 chunks (one per lane); inside a group, quad q (4 floats) of lane l sits at (q·32 + l)·4.
+ * A warp's float4 load of quad q is then 512 contiguous bytes. Elements past K are written as 0.
+ * xp: [T][G][CE/4][32][4] floats, G = ceil(K / (32·CE)). */
+__global__ void permute_x_lanes(const float *x /* [T][K] */, int64_t K, int T, int CE, int64_t G,
+                                float4 *xp /* [T][G][CE/4][32] */) {
+    const int64_t quads = (int64_t)T * G * (CE / 4) * 32;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
+        const int lane = (int)(i % 32);
+        const int64_t q = i / 32 % (CE / 4), g = i / 32 / (CE / 4) % G, t = i / 32 / (CE / 4) / G;
+        const int64_t k0 = (g * 32 + lane) * CE + q * 4;
+        const float *src = x + t * K;
+        float4 v;
+        v.x = k0 + 0 < K ? src[k0 + 0] : 0.0f;
+        v.y = k0 + 1 < K ? src[k0 + 1] : 0.0f;
+        v.z = k0 + 2 < K ? src[k0 + 2] : 0.0f;
+        v.w = k0 + 3 < K ? src[k0 + 3] : 0.0f;
+        xp[i] = v;
+    }
+}
+
+/* One lane-order buffer, grown on demand; every op runs on the one default stream, so it is never in use
+ * by two kernels at once. */
+static float4 *xp_buf = NULL;
+static size_t xp_cap = 0; /* float4s */
+
+static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t *G_out) {
+    const int64_t G = (K + 32 * CE - 1) / (32 * CE);
+    const size_t quads = (size_t)T * G * (CE / 4) * 32;
+    if (quads > xp_cap) {
+        if (xp_buf) QRT_CUDA_CHECK(cudaFree(xp_buf));
+        xp_cap = quads < ((size_t)1 << 18) ? ((size_t)1 << 18) : quads;
+        QRT_CUDA_CHECK(cudaMalloc(&xp_buf, xp_cap * sizeof(float4)));
+    }
+    size_t blocks = (quads + 255) / 256;
+    permute_x_lanes<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(x, K, T, CE, G, xp_buf);
+    QRT_CUDA_LAUNCHED();
+    *G_out = G;
+    return xp_buf;
 }
 
 /* ---- dense (BF16 / F16 / F32) --------------------------------------------------------------------- */
@@ -64,26 +110,10 @@ __device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements
     }
 }
 
-/* x[k0 .. k0+CE) of one token row, 0 past K. xvec: K % 4 == 0 and x 16-byte aligned. */
-template <int CE>
-__device__ __forceinline__ void load_x_chunk(const float *xrow /* [K] */, int64_t k0, int64_t K, int xvec,
-                                             float *xv /* [CE] */) {
-    if (xvec && k0 + CE <= K) {
-#pragma unroll
-        for (int j = 0; j < CE; j += 4) {
-            float4 f = __ldg(reinterpret_cast<const float4 *>(xrow + k0 + j));
-            xv[j] = f.x, xv[j + 1] = f.y, xv[j + 2] = f.z, xv[j + 3] = f.w;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < CE; j++) xv[j] = k0 + j < K ? __ldg(xrow + k0 + j) : 0.0f;
-    }
-}
-
 template <int FMT, int TT>
-__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t K, int64_t Kp,
-                                                  const float *x /* [T][K] */, int T, int xvec,
-                                                  float *y /* [T][N] */) {
+__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t Kp,
+                                                  const float4 *xp /* [T][G][CE/4][32] lane order */, int64_t G,
+                                                  int T, float *y /* [T][N] */) {
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES;
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
@@ -101,10 +131,15 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
 #pragma unroll
             for (int tt = 0; tt < TT; tt++) {
                 if (t0 + tt >= T) break;
-                float xv[CE];
-                load_x_chunk<CE>(x + (size_t)(t0 + tt) * K, c * CE, K, xvec, xv);
+                const float4 *xq = xp + (((int64_t)(t0 + tt) * G + c / 32) * (CE / 4)) * 32 + lane;
 #pragma unroll
-                for (int j = 0; j < CE; j++) acc[tt] = fmaf(w[j], xv[j], acc[tt]);
+                for (int j = 0; j < CE; j += 4) {
+                    const float4 f = __ldg(xq + (j / 4) * 32);
+                    acc[tt] = fmaf(w[j], f.x, acc[tt]);
+                    acc[tt] = fmaf(w[j + 1], f.y, acc[tt]);
+                    acc[tt] = fmaf(w[j + 2], f.z, acc[tt]);
+                    acc[tt] = fmaf(w[j + 3], f.w, acc[tt]);
+                }
             }
         }
 #pragma unroll
@@ -180,13 +215,14 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
     const int64_t N = W->n, K = W->k, Kp = qrt_dense_row_elems(FMT, K);
     const uint8_t *w = (const uint8_t *)W->data;
     if (T <= 16) {
-        int xvec = K % 4 == 0 && (uintptr_t)x % 16 == 0;
+        int64_t G;
+        const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
         unsigned grid = qrt_grid((size_t)N, 4);
-        if (T == 1) dense_gemv<FMT, 1><<<grid, 128>>>(w, N, K, Kp, x, T, xvec, y);
-        else if (T == 2) dense_gemv<FMT, 2><<<grid, 128>>>(w, N, K, Kp, x, T, xvec, y);
-        else if (T <= 4) dense_gemv<FMT, 4><<<grid, 128>>>(w, N, K, Kp, x, T, xvec, y);
-        else if (T <= 8) dense_gemv<FMT, 8><<<grid, 128>>>(w, N, K, Kp, x, T, xvec, y);
-        else dense_gemv<FMT, 16><<<grid, 128>>>(w, N, K, Kp, x, T, xvec, y);
+        if (T == 1) dense_gemv<FMT, 1><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
+        else if (T == 2) dense_gemv<FMT, 2><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
+        else if (T <= 4) dense_gemv<FMT, 4><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
+        else if (T <= 8) dense_gemv<FMT, 8><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
+        else dense_gemv<FMT, 16><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
         dense_tiled<FMT><<<grid, TILED_WARPS * 32>>>(w, N, K, Kp, x, T, y);
@@ -222,18 +258,19 @@ __device__ __forceinline__ void fp4_decode_word(uint32_t w, float *out /* [8] */
 /* Element index (within the word) of each decoded value above. */
 __device__ __forceinline__ int fp4_elem(int i) { return (i & 4) | ((i & 1) << 1) | ((i >> 1) & 1); }
 
-/* acc += one 32-element vector's dot with one token's x (the order every NVFP4 variant shares). */
+/* acc += one 32-element vector's dot with one token's x (the order every NVFP4 variant shares).
+ * xq: the vector's quad 0 in lane order (quad j at xq[32 j]). */
 __device__ __forceinline__ float fp4_vec_dot(const float *w /* [32] decoded, word order */, float2 sc,
-                                             const float *xv /* [K] at the vector's first element */,
-                                             int blocks /* 1 or 2 scale blocks inside K */, float acc) {
+                                             const float4 *xq, int blocks /* 1 or 2 scale blocks inside K */,
+                                             float acc) {
 #pragma unroll
     for (int b = 0; b < 2; b++) {
         if (b >= blocks) break;
         float s = 0.0f;
 #pragma unroll
         for (int q = 0; q < 2; q++) {
-            const float4 x0 = __ldg(reinterpret_cast<const float4 *>(xv + b * 16 + q * 8));
-            const float4 x1 = __ldg(reinterpret_cast<const float4 *>(xv + b * 16 + q * 8 + 4));
+            const float4 x0 = __ldg(xq + 32 * (b * 4 + q * 2));
+            const float4 x1 = __ldg(xq + 32 * (b * 4 + q * 2 + 1));
             const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
             for (int i = 0; i < 8; i++) s = fmaf(w[b * 16 + q * 8 + i], xs[fp4_elem(i)], s);
@@ -255,8 +292,9 @@ __device__ __forceinline__ void fp4_decode_vec(uint4 c, float *w /* [32] */) {
 template <int TT, int RPW, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [N][Kp/2] */,
                                                        const uint8_t *scales /* [N][Kp/16] */, float scale2,
-                                                       int64_t N, int64_t K, const float *x /* [T][K] */, int T,
-                                                       float *y /* [T][N] */) {
+                                                       int64_t N, int64_t K,
+                                                       const float4 *xp /* [T][G][8][32] lane order */, int64_t G,
+                                                       int T, float *y /* [T][N] */) {
     const int lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * RPW;
     if (row0 >= N) return;
@@ -297,7 +335,8 @@ __global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [
 #pragma unroll
                     for (int tt = 0; tt < TT; tt++) {
                         if (t0 + tt >= T) break;
-                        acc[r][tt][j] = fp4_vec_dot(w, sc, x + (size_t)(t0 + tt) * K + v * 32, blocks, acc[r][tt][j]);
+                        acc[r][tt][j] = fp4_vec_dot(w, sc, xp + ((int64_t)(t0 + tt) * G + v / 32) * 256 + v % 32,
+                                                    blocks, acc[r][tt][j]);
                     }
                 }
             }
@@ -317,8 +356,8 @@ __global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [
 template <int TT>
 __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][Kp/2] */,
                                                    const uint8_t *scales /* [N][Kp/16] */, float scale2, int64_t N,
-                                                   int64_t K, const float *x /* [T][K] */, int T,
-                                                   float *y /* [T][N] */) {
+                                                   int64_t K, const float4 *xp /* [T][G][8][32] lane order */,
+                                                   int64_t G, int T, float *y /* [T][N] */) {
     __shared__ float part[4][TT][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t row = blockIdx.x;
@@ -348,7 +387,8 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
 #pragma unroll
                 for (int tt = 0; tt < TT; tt++) {
                     if (t0 + tt >= T) break;
-                    acc[tt] = fp4_vec_dot(w, sc, x + (size_t)(t0 + tt) * K + v * 32, blocks, acc[tt]);
+                    acc[tt] = fp4_vec_dot(w, sc, xp + ((int64_t)(t0 + tt) * G + v / 32) * 256 + v % 32, blocks,
+                                          acc[tt]);
                 }
             }
         }
@@ -378,20 +418,21 @@ static int fp4_tokens_per_pass(int v, int T) {
     return tt;
 }
 
-template <int TT, int RPW, int WARPS> static void launch_rows(const qrt_linear *W, const float *x, int T, float *y) {
+template <int TT, int RPW, int WARPS>
+static void launch_rows(const qrt_linear *W, const float4 *xp, int64_t G, int T, float *y) {
     unsigned grid = qrt_grid((size_t)W->n, RPW * WARPS);
     fp4_rows<TT, RPW, WARPS><<<grid, WARPS * 32>>>((const uint8_t *)W->data, (const uint8_t *)W->scales, W->scale2,
-                                                   W->n, W->k, x, T, y);
+                                                   W->n, W->k, xp, G, T, y);
 }
 
-template <int TT> static void launch_fp4_tt(int v, const qrt_linear *W, const float *x, int T, float *y) {
+template <int TT> static void launch_fp4_tt(int v, const qrt_linear *W, const float4 *xp, int64_t G, int T, float *y) {
     switch (v) {
-    case 0: launch_rows<TT, 1, 4>(W, x, T, y); break;
-    case 1: launch_rows<TT, 2, 4>(W, x, T, y); break;
-    case 2: launch_rows<(TT > 4 ? 4 : TT), 4, 2>(W, x, T, y); break;
+    case 0: launch_rows<TT, 1, 4>(W, xp, G, T, y); break;
+    case 1: launch_rows<TT, 2, 4>(W, xp, G, T, y); break;
+    case 2: launch_rows<(TT > 4 ? 4 : TT), 4, 2>(W, xp, G, T, y); break;
     default:
         fp4_splitk4<TT><<<(unsigned)W->n, 128>>>((const uint8_t *)W->data, (const uint8_t *)W->scales, W->scale2,
-                                                W->n, W->k, x, T, y);
+                                                W->n, W->k, xp, G, T, y);
     }
 }
 
@@ -400,12 +441,13 @@ extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    QRT_ASSERT((uintptr_t)x % 16 == 0); /* rows of x are K floats, K % 16 == 0: float4 loads throughout */
+    int64_t G;
+    const float4 *xp = permute_x(x, W->k, T, 32, &G);
     switch (fp4_tokens_per_pass(v, T)) {
-    case 1: launch_fp4_tt<1>(v, W, x, T, y); break;
-    case 2: launch_fp4_tt<2>(v, W, x, T, y); break;
-    case 4: launch_fp4_tt<4>(v, W, x, T, y); break;
-    default: launch_fp4_tt<8>(v, W, x, T, y); break;
+    case 1: launch_fp4_tt<1>(v, W, xp, G, T, y); break;
+    case 2: launch_fp4_tt<2>(v, W, xp, G, T, y); break;
+    case 4: launch_fp4_tt<4>(v, W, xp, G, T, y); break;
+    default: launch_fp4_tt<8>(v, W, xp, G, T, y); break;
     }
     QRT_CUDA_LAUNCHED();
 }
