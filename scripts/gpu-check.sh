@@ -26,16 +26,22 @@ run() { # name timeout_s command...
   local t0=$(date +%s.%N)
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  printf '%-12s rc=%-3d %6.1f s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" >> "$OUT/summary.txt"
+  printf '%-16s rc=%-3d %6.1f s\n' "$name" "$rc" "$(python3 -c "print($(date +%s.%N) - $t0)" 2>/dev/null || echo 0)" \
+    >> "$OUT/summary.txt"
   return $rc
 }
 : > "$OUT/summary.txt"
 run cuda_ops 300 "$BIN/test_cuda_ops"
 run cuda_model 120 "$BIN/test_cuda_model" tests/data
 run tilebench 200 "$BIN/qwenrt" tilebench
+# out-of-bounds and uninitialised reads across a whole forward pass (the fixture models), where available
+if command -v compute-sanitizer > /dev/null; then
+  run sanitizer_model 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
+fi
 
 echo "==== device"; cat "$OUT/device.txt"
 echo "==== failures (first 40)"; grep -h "^FAIL" "$OUT/cuda_ops.log" "$OUT/cuda_model.log" | head -40
 echo "==== test results"; tail -n 1 "$OUT/cuda_ops.log"; grep -h "^ok\|^FAIL\|^PASS\|^SKIP" "$OUT/cuda_model.log"
+[ -f "$OUT/sanitizer_model.log" ] && { echo "==== compute-sanitizer"; tail -n 3 "$OUT/sanitizer_model.log"; }
 echo "==== tilebench"; cat "$OUT/tilebench.log"
 echo "==== summary"; cat "$OUT/summary.txt"
