@@ -41,7 +41,11 @@ typedef struct {
     int n_threads;      /* CPU threads for matmuls; 0 = all cores */
     int show_progress;  /* draw a progress bar on stderr while loading */
     const char *mtp_dir; /* a folder holding mtp.safetensors (MTP sidecar) to add to the checkpoint; NULL = none */
+    int device;         /* QRT_DEVICE_AUTO (0): CUDA when built with it and a GPU is present, else CPU;
+                         * QRT_DEVICE_CPU (1); QRT_DEVICE_CUDA (2): an error if unavailable */
 } qrt_load_opts;
+
+enum { QRT_DEVICE_AUTO = 0, QRT_DEVICE_CPU = 1, QRT_DEVICE_CUDA = 2 };
 
 /* Load a Hugging Face checkpoint folder (config.json + *.safetensors) in place. opts may be NULL. */
 qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model **out);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: release build + CPU tests, the same tests under AddressSanitizer +
 # UBSan, the libFuzzer targets for a short while (clang), and a compile of the CUDA backend when nvcc is
-# present (tests that need a GPU skip themselves on machines without one).
+# present (tests that need a GPU skip themselves on machines without one). Tests run one at a time: each
+# CPU test already uses every core through OpenMP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -10,12 +11,12 @@ fuzz_seconds=${QRT_FUZZ_SECONDS:-30}
 echo "== release build + tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+ctest --test-dir build --output-on-failure
 
 echo "== AddressSanitizer + UBSan build + CPU tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQRT_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
-ctest --test-dir build-asan --output-on-failure -L cpu -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -L cpu
 
 if command -v clang >/dev/null; then
     echo "== libFuzzer targets, ${fuzz_seconds}s each"

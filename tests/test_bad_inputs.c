@@ -42,7 +42,7 @@ static void write_text(const char *name, const char *text) {
 /* Load the scratch folder; expect status want and every needle in the message. */
 static void expect(const char *what, qrt_status want, const char *needle1, const char *needle2) {
     qrt_model *m = NULL;
-    qrt_status st = qrt_model_load(work, NULL, &m);
+    qrt_status st = qrt_model_load(work, &test_cpu, &m);
     const char *msg = qrt_last_error();
     CHECK(st == want, "%s: status %s, expected %s (%s)", what, qrt_status_str(st), qrt_status_str(want), msg);
     CHECK(m == NULL, "%s: no model on failure", what);
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
 
     fresh_copy();
     qrt_model *m = NULL;
-    CHECK_OK(qrt_model_load(work, NULL, &m)); /* the unbroken copy loads */
+    CHECK_OK(qrt_model_load(work, &test_cpu, &m)); /* the unbroken copy loads */
     qrt_model_free(m);
 
     char p[1200];
@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
 
     /* session-level bad input leaves the session unchanged */
     fresh_copy();
-    CHECK_OK(qrt_model_load(work, NULL, &m));
+    CHECK_OK(qrt_model_load(work, &test_cpu, &m));
     qrt_session *s = NULL;
     if (m) CHECK_OK(qrt_session_new(m, 4, &s));
     if (s) {

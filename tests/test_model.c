@@ -131,7 +131,7 @@ static void run_fixture(const char *data, const char *name) {
     char dir[1024], refpath[1100];
     snprintf(dir, sizeof dir, "%s/%s", data, name);
     snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
-    CHECK_OK(qrt_model_load(dir, NULL, &f.m));
+    CHECK_OK(qrt_model_load(dir, &test_cpu, &f.m));
     memset(&f.ref, 0, sizeof f.ref);
     CHECK_OK(qrt_st_add_file(&f.ref, refpath));
     const qrt_st_tensor *tp = ref_tensor(&f.ref, "prompt", QRT_DT_I32), *tl = ref_tensor(&f.ref, "logits", QRT_DT_F32);

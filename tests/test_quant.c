@@ -12,6 +12,9 @@
 #include "model/quant_encode.h"
 #include "tools/tools.h"
 
+/* The CPU reference backend even in a CUDA build on a GPU machine. */
+static const qrt_load_opts test_cpu = {.device = QRT_DEVICE_CPU};
+
 static int failures;
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
@@ -194,7 +197,7 @@ static void test_end_to_end(const char *fmt) {
     json_decref(info);
 
     qrt_model *m;
-    if (qrt_model_load(out, NULL, &m) != QRT_OK) {
+    if (qrt_model_load(out, &test_cpu, &m) != QRT_OK) {
         CHECK(0, "loading %s: %s", out, qrt_last_error());
         return;
     }
@@ -313,7 +316,7 @@ static void write_variant(const char *src, const char *dst, const char *file, co
 /* Loading dir must fail with QRT_ERR_WEIGHTS (or CONFIG) and a message holding every needle. */
 static void expect_load_error(const char *what, const char *dir, const char *needle1, const char *needle2) {
     qrt_model *m = NULL;
-    qrt_status st = qrt_model_load(dir, NULL, &m);
+    qrt_status st = qrt_model_load(dir, &test_cpu, &m);
     const char *msg = qrt_last_error();
     CHECK(st != QRT_OK && m == NULL, "%s: loaded although it should not", what);
     CHECK(strstr(msg, needle1) && (!needle2 || strstr(msg, needle2)), "%s: message '%s' lacks '%s' / '%s'", what, msg,
@@ -380,7 +383,7 @@ static void test_mtp_sidecar(void) {
     snprintf(nvcfg, sizeof nvcfg, "%s/config.json", nv);
     write_variant(nv, main_dir, "model.safetensors", nvcfg, &(mutation){.keep_prefix = "mtp.", .keep_negate = 1});
     write_variant(f8, side, "mtp.safetensors", f8cfg, &(mutation){.keep_prefix = "mtp."});
-    qrt_load_opts opts = {.mtp_dir = side};
+    qrt_load_opts opts = {.mtp_dir = side, .device = QRT_DEVICE_CPU};
     qrt_model *m;
     if (qrt_model_load(main_dir, &opts, &m) != QRT_OK) {
         CHECK(0, "loading with --mtp: %s", qrt_last_error());
@@ -394,7 +397,7 @@ static void test_mtp_sidecar(void) {
           "mtp.fc stays BF16");
     printf("mtp sidecar: FP8 mtp.* found next to an NVFP4 main checkpoint\n");
     qrt_model_free(m);
-    CHECK(qrt_model_load(main_dir, NULL, &m) == QRT_OK && !qrt_st_find(&m->ck.st, "mtp.fc.weight"),
+    CHECK(qrt_model_load(main_dir, &test_cpu, &m) == QRT_OK && !qrt_st_find(&m->ck.st, "mtp.fc.weight"),
           "without --mtp no mtp.* tensors");
     qrt_model_free(m);
 }

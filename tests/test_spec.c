@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/tiny-mm", data);
     snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
     env e = {0};
-    CHECK_OK(qrt_model_load(dir, NULL, &e.m));
+    CHECK_OK(qrt_model_load(dir, &test_cpu, &e.m));
     qrt_st_set ref = {0};
     CHECK_OK(qrt_st_add_file(&ref, refpath));
     const qrt_st_tensor *ps = ref_tensor(&ref, "gen_prompt_short", QRT_DT_I32), *pl = ref_tensor(&ref, "prompt", QRT_DT_I32);

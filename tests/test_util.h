@@ -10,6 +10,9 @@
 
 static int test_failures, test_checks;
 
+/* The CPU tests run the reference backend even in a CUDA build on a GPU machine. */
+static const qrt_load_opts test_cpu = {.device = QRT_DEVICE_CPU};
+
 #define CHECK(cond, ...)                                                    \
     do {                                                                    \
         test_checks++;                                                      \

@@ -22,12 +22,15 @@ static const char *usage_main =
     "  detokenize      text of comma-separated token ids\n"
     "  quantize IN OUT write a quantized copy of a checkpoint (--format nvfp4|fp8)\n"
     "  synth OUT       write a random-weight checkpoint of a preset shape (--preset tiny|qwen3.6-27b)\n"
+#ifdef QRT_HAVE_CUDA
+    "  tilebench       time the NVFP4 matmul variants at the 27B shapes against measured bandwidth\n"
+#endif
     "\n"
     "DIR is a Hugging Face checkpoint folder: config.json and model.safetensors (or shards listed in\n"
     "model.safetensors.index.json), read in place.\n";
 
 static const char *usage_logits =
-    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N]\n"
+    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N] [--device auto|cpu|cuda]\n"
     "\n"
     "Runs the ids through the model in one call and prints the logits after the last token and after\n"
     "every position named by --pos (0-based indices into --ids).\n"
@@ -37,7 +40,7 @@ static const char *usage_logits =
 static const char *usage_generate =
     "usage: qwenrt generate -m DIR [--mtp DIR] (--ids 1,2,3 | -p TEXT [--chat] [--think|--no-think]) [-n 32]\n"
     "                       [--spec-k K] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]\n"
-    "                       [--ctx N] [--threads N] [--no-eos]\n"
+    "                       [--ctx N] [--threads N] [--no-eos] [--device auto|cpu|cuda]\n"
     "\n"
     "Prefill the prompt, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
     "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
@@ -50,6 +53,8 @@ static const char *usage_generate =
     "              \"spec\": {\"k\", \"attempts\", \"accepts\", \"al\", \"tokens_per_cycle\", \"full_accept_rate\",\n"
     "                       \"accept_at\": [rate per draft position], \"chain_ms\", \"verify_ms\"}}\n"
     "  --ctx N    session context in tokens (default: prompt + n)\n"
+    "  --device   cuda (an error when this build or machine has none), cpu, or auto (default: cuda when a GPU\n"
+    "             is present)\n"
     "speculative counters: attempts = cycles, accepts = accepted drafts (bonus not counted), AL =\n"
     "accepts / attempts, tokens per cycle = AL + 1.\n"
     "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
@@ -108,6 +113,7 @@ typedef struct {
     const char *ids, *pos, *prompt;
     int n, json, threads, ctx, no_eos, help, spec_k, chat, no_think;
     qrt_sampling sampling;
+    int device; /* QRT_DEVICE_* */
 } args;
 
 static int parse_float(const char *cmd, const char *flag, const char *s, float lo, float hi, float *out) {
@@ -147,6 +153,14 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             if (!parse_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
         } else if (!strcmp(f, "--threads")) {
             if (!parse_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
+        } else if (!strcmp(f, "--device")) {
+            if (!strcmp(v, "auto")) a->device = QRT_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) a->device = QRT_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) a->device = QRT_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "qwenrt %s: --device expects auto, cpu or cuda, got '%s'\n", cmd, v);
+                return 0;
+            }
         } else if (!strcmp(f, "--ctx")) {
             if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
         } else if (!strcmp(f, "--mtp")) a->mtp = v;
@@ -176,7 +190,7 @@ static qrt_model *load_model(const char *cmd, const args *a) {
         fprintf(stderr, "qwenrt %s: no model given; pass -m DIR (a Hugging Face checkpoint folder)\n", cmd);
         return NULL;
     }
-    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .mtp_dir = a->mtp};
+    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .mtp_dir = a->mtp, .device = a->device};
     qrt_model *m;
     if (qrt_model_load(a->model, &opts, &m) != QRT_OK) {
         fprintf(stderr, "qwenrt %s: %s\n", cmd, qrt_last_error());
@@ -347,6 +361,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return qrt_tool_synth(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return qrt_cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return qrt_cmd_detokenize(argc - 2, argv + 2);
+#ifdef QRT_HAVE_CUDA
+    if (!strcmp(cmd, "tilebench")) return qrt_tool_tilebench(argc - 2, argv + 2);
+#endif
     fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
     return 2;
 }

@@ -8,9 +8,31 @@
 #include <string.h>
 
 #include "util/progress.h"
+#ifdef QRT_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 /* ---------------------------------------------------------------------------------------------------
  * Loading */
+
+/* The backend opts->device asks for (see qrt_load_opts.device in qwenrt.h). */
+static qrt_status select_backend(const qrt_load_opts *opts, const qrt_backend **out) {
+    int device = opts ? opts->device : QRT_DEVICE_AUTO;
+    if (device < QRT_DEVICE_AUTO || device > QRT_DEVICE_CUDA)
+        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.device is %d; expected 0 (auto), 1 (cpu) or 2 (cuda)", device);
+#ifdef QRT_HAVE_CUDA
+    if (device == QRT_DEVICE_CUDA || (device == QRT_DEVICE_AUTO && qrt_cuda_device_count() > 0)) {
+        *out = qrt_backend_cuda();
+        return *out ? QRT_OK : QRT_ERR_UNSUPPORTED;
+    }
+#else
+    if (device == QRT_DEVICE_CUDA)
+        return qrt_fail(QRT_ERR_UNSUPPORTED, "this qwenrt was built without CUDA (configure with -DQRT_CUDA=ON); "
+                        "use the cpu device");
+#endif
+    *out = qrt_backend_cpu();
+    return QRT_OK;
+}
 
 /* Where one layer's f32 vectors go while binding: a host buffer filled front to back. */
 typedef struct {
@@ -170,7 +192,12 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         return st;
     }
     const qrt_config *c = &m->cfg;
-    m->be = qrt_backend_cpu();
+    st = select_backend(opts, &m->be);
+    if (st != QRT_OK) {
+        qrt_checkpoint_close(&m->ck);
+        free(m);
+        return st;
+    }
     if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
     size_t floats = (size_t)c->hidden + mtp_vector_floats(m);

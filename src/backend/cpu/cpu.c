@@ -12,6 +12,9 @@ void qrt_cpu_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
 }
 
+/* Below this many multiply-adds an op runs on one thread: waking the team costs more than it saves. */
+#define PARALLEL_MIN_WORK (1 << 14)
+
 static void *cpu_alloc(size_t bytes) { return qrt_alloc_aligned(bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
@@ -51,12 +54,12 @@ static void matmul_row(const qrt_linear *W, int64_t r, const float *x, int T, fl
 
 static void cpu_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     const int64_t N = W->n;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * W->k * T >= PARALLEL_MIN_WORK)
     for (int64_t r = 0; r < N; r++) matmul_row(W, r, x, T, y);
 }
 
 static void cpu_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
-#pragma omp parallel for schedule(static) if (rows > 16)
+#pragma omp parallel for schedule(static) if ((int64_t)rows * n >= PARALLEL_MIN_WORK)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
@@ -71,7 +74,7 @@ static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static void cpu_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y) {
-#pragma omp parallel for schedule(static) if (rows > 16)
+#pragma omp parallel for schedule(static) if ((int64_t)rows * n >= PARALLEL_MIN_WORK)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n, *zr = z + (size_t)r * n;
         float *yr = y + (size_t)r * n;
@@ -84,7 +87,7 @@ static void cpu_rmsnorm_gated(const float *x, const float *z, const float *w, in
 
 static void cpu_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
     const int S = Ck - 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)ch * T * Ck >= PARALLEL_MIN_WORK)
     for (int c = 0; c < ch; c++) {
         /* window[0..S) = state (oldest first), then the T inputs of this channel */
         float hist[16];
@@ -247,7 +250,7 @@ static void cpu_gdn(const float *qkv, const float *a, const float *b, const floa
     QRT_ASSERT(Dk <= GDN_MAX_D && Dv <= GDN_MAX_D);
     gdn_in in = {qkv, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv, 2 * (size_t)Hk * Dk + (size_t)Hv * Dv};
     size_t wsn = gdn_chunk_ws_floats(Dk, Dv);
-#pragma omp parallel
+#pragma omp parallel if ((int64_t)T * Hv * Dk * Dv >= PARALLEL_MIN_WORK)
     {
         /* prefill only; if the workspace cannot be had, the recurrence computes the same function */
         float *ws = chunked ? malloc(sizeof(float) * wsn) : NULL;
@@ -285,7 +288,7 @@ static void cpu_attention(const float *q, const float *kc, const float *vc, int 
                           float *out) {
     const float scale = 1.0f / sqrtf((float)Dh);
     const int group = Hq / Hkv;
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) if ((int64_t)T * Hq * (pos0 + T) * Dh >= PARALLEL_MIN_WORK)
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
             const float *qv = q + ((size_t)t * Hq + h) * Dh;

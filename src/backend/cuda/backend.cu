@@ -1,0 +1,176 @@
+/* The CUDA backend's op table: memory (cudaMalloc, legacy default stream), weight upload, and the ops
+ * whose kernels live in the op-family files beside this one:
+ *   matmul.cu       dense GEMV / tiled matmul, NVFP4 W4A16 variants + autotune
+ *   norms.cu        rmsnorm, gated rmsnorm
+ *   conv1d.cu       causal depthwise conv + SiLU
+ *   gdn.cu          Gated DeltaNet recurrence (the chunked form runs the recurrence too)
+ *   attention.cu    rope, causal GQA attention
+ *   elementwise.cu  embed, swiglu, sigmoid_mul, add, test/bench fills and the read probe
+ * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
+ * (the mmap'd host data is left as it is). */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "util/common.h"
+}
+
+static int sync_every_launch = -1; /* QRT_CUDA_SYNC=1: synchronize after each launch to pin errors */
+
+void qrt_cuda_after_launch(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && sync_every_launch < 0) {
+        const char *s = getenv("QRT_CUDA_SYNC");
+        sync_every_launch = s && *s && *s != '0';
+    }
+    if (e == cudaSuccess && sync_every_launch) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "qwenrt: CUDA kernel launch failed at %s:%d: %s\n", file, line, cudaGetErrorString(e));
+        abort();
+    }
+}
+
+extern "C" int qrt_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void qrt_cuda_describe(char *buf, size_t n) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+        snprintf(buf, n, "no CUDA device");
+        return;
+    }
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.0f MB L2, %.1f GB, driver %d.%d, runtime %d.%d)", p.name, p.major,
+             p.minor, p.multiProcessorCount, p.l2CacheSize / 1e6, p.totalGlobalMem / 1e9, drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+}
+
+extern "C" void qrt_cuda_sync(void) { QRT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+static void *cuda_alloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        qrt_fail(QRT_ERR_MEMORY, "cudaMalloc of %.1f MB failed: %s", bytes / 1e6, cudaGetErrorString(e));
+        return NULL;
+    }
+    QRT_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+}
+static void cuda_free(void *p) {
+    if (p) QRT_CUDA_CHECK(cudaFree(p));
+}
+static void cuda_copy(void *dst, const void *src, size_t bytes) {
+    QRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+static void cuda_zero(void *p, size_t bytes) { QRT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0)); }
+static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
+    QRT_CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+static void cuda_download(void *host_dst, const void *src, size_t bytes) {
+    QRT_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Upload rows of `row_bytes` from host into device rows of `padded_bytes` (zero padding), so every
+ * device row starts 16-byte aligned and the kernels need no tail cases for the weight. */
+static qrt_status upload_padded_rows(const void *host, int64_t rows, size_t row_bytes, size_t padded_bytes,
+                                     void **out) {
+    uint8_t *dev = (uint8_t *)cuda_alloc((size_t)rows * padded_bytes);
+    if (!dev) return QRT_ERR_MEMORY;
+    if (row_bytes == padded_bytes) QRT_CUDA_CHECK(cudaMemcpy(dev, host, (size_t)rows * row_bytes, cudaMemcpyHostToDevice));
+    else
+        QRT_CUDA_CHECK(cudaMemcpy2D(dev, padded_bytes, host, row_bytes, row_bytes, (size_t)rows,
+                                    cudaMemcpyHostToDevice));
+    *out = dev;
+    return QRT_OK;
+}
+
+static qrt_status cuda_prepare_linear(qrt_linear *w) {
+    void *data = NULL, *scales = NULL;
+    switch (w->fmt) {
+    case QRT_WF_F32:
+    case QRT_WF_F16:
+    case QRT_WF_BF16: {
+        size_t esize = w->fmt == QRT_WF_F32 ? 4 : 2;
+        QRT_TRY(upload_padded_rows(w->data, w->n, (size_t)w->k * esize,
+                                   (size_t)qrt_dense_row_elems(w->fmt, w->k) * esize, &data));
+        break;
+    }
+    case QRT_WF_NVFP4: {
+        if (w->k % 16)
+            return qrt_fail(QRT_ERR_WEIGHTS, "%s: NVFP4 needs K divisible by 16, K is %lld", w->name ? w->name : "?",
+                            (long long)w->k);
+        int64_t kp = qrt_nvfp4_row_elems(w->k);
+        QRT_TRY(upload_padded_rows(w->data, w->n, (size_t)w->k / 2, (size_t)kp / 2, &data));
+        qrt_status st = upload_padded_rows(w->scales, w->n, (size_t)w->k / 16, (size_t)kp / 16, &scales);
+        if (st != QRT_OK) {
+            cuda_free(data);
+            return st;
+        }
+        break;
+    }
+    default:
+        return qrt_fail(QRT_ERR_UNSUPPORTED, "%s: weight format %s has no CUDA matmul yet", w->name ? w->name : "?",
+                        qrt_wformat_name(w->fmt));
+    }
+    w->data = data;
+    w->scales = scales;
+    return QRT_OK;
+}
+
+/* embed takes host ids: they go through one device buffer, grown when a longer call comes. */
+static int32_t *ids_dev = NULL;
+static int ids_cap = 0;
+
+static void cuda_embed(const qrt_linear *E, const int32_t *ids, int T, float *out) {
+    if (T > ids_cap) {
+        cuda_free(ids_dev);
+        ids_cap = T < 256 ? 256 : T;
+        QRT_CUDA_CHECK(cudaMalloc(&ids_dev, sizeof(int32_t) * (size_t)ids_cap));
+    }
+    QRT_CUDA_CHECK(cudaMemcpy(ids_dev, ids, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice));
+    qrt_cuda_embed(E, ids_dev, T, out);
+}
+
+static qrt_backend cuda_backend;
+
+extern "C" const qrt_backend *qrt_backend_cuda(void) {
+    if (qrt_cuda_device_count() < 1) {
+        qrt_fail(QRT_ERR_UNSUPPORTED, "no CUDA device is available (no GPU, or no driver); use --device cpu");
+        return NULL;
+    }
+    if (!cuda_backend.name) {
+        QRT_CUDA_CHECK(cudaSetDevice(0));
+        qrt_backend *b = &cuda_backend;
+        b->alloc = cuda_alloc;
+        b->free = cuda_free;
+        b->copy = cuda_copy;
+        b->zero = cuda_zero;
+        b->upload = cuda_upload;
+        b->download = cuda_download;
+        b->prepare_linear = cuda_prepare_linear;
+        b->embed = cuda_embed;
+        b->matmul = qrt_cuda_matmul;
+        b->rmsnorm = qrt_cuda_rmsnorm;
+        b->rmsnorm_gated = qrt_cuda_rmsnorm_gated;
+        b->conv1d_silu = qrt_cuda_conv1d_silu;
+        b->gdn = qrt_cuda_gdn;
+        b->rope = qrt_cuda_rope;
+        b->attention = qrt_cuda_attention;
+        b->swiglu = qrt_cuda_swiglu;
+        b->sigmoid_mul = qrt_cuda_sigmoid_mul;
+        b->add = qrt_cuda_add;
+        b->name = "cuda";
+    }
+    return &cuda_backend;
+}

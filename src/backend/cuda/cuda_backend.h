@@ -1,0 +1,40 @@
+/* The CUDA backend's C interface: the op table, plus the hooks the tests and tilebench need to reach
+ * individual kernel variants. Everything here is callable from C; pointers are device memory unless
+ * the comment says host. Built only with -DQRT_CUDA=ON (QRT_HAVE_CUDA defined). */
+#ifndef QRT_CUDA_BACKEND_H
+#define QRT_CUDA_BACKEND_H
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices (0 when there is no driver or no GPU; never fails). */
+int qrt_cuda_device_count(void);
+/* The CUDA op table, bound to device 0; NULL with a qrt_fail message when no GPU can be used. */
+const qrt_backend *qrt_backend_cuda(void);
+/* "NVIDIA H200 (sm_90, 132 SMs, 60 MB L2)" into buf. */
+void qrt_cuda_describe(char *buf, size_t n);
+void qrt_cuda_sync(void);
+
+/* ---- NVFP4 W4A16 matmul variants (matmul.cu) ---- */
+int qrt_nvfp4_variant_count(void);
+const char *qrt_nvfp4_variant_name(int v);
+/* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
+void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
+/* The variant the table picks for (N, K, T): QRT_NVFP4_VARIANT if set, else the cached or freshly
+ * measured fastest (timed on W with scratch activations). */
+int qrt_nvfp4_pick(const qrt_linear *W, int T);
+
+/* ---- helpers for tests and benchmarks (elementwise.cu) ---- */
+/* Fill bytes of device memory with a pseudo-random pattern (a hash of seed and the byte index). */
+void qrt_cuda_fill_random_bytes(void *p, size_t bytes, uint64_t seed);
+/* Fill n floats with uniform values in [lo, hi). */
+void qrt_cuda_fill_random_f32(float *p, size_t n, uint64_t seed, float lo, float hi);
+/* Read every byte of p once (16-byte loads) and fold it into *sink (device int): the read-bandwidth probe. */
+void qrt_cuda_read_probe(const void *p, size_t bytes, unsigned *sink);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,86 @@
+/* Shared by the CUDA backend's .cu files: error checks, launch helpers, number conversions, warp sums.
+ * Every kernel runs on the legacy default stream, so ops execute in call order and a blocking download
+ * sees every earlier op's result. */
+#ifndef QRT_CUDA_INTERNAL_CUH
+#define QRT_CUDA_INTERNAL_CUH
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend/cuda/cuda_backend.h"
+}
+
+/* A failing CUDA call inside an op is a programming error (bad pointer, bad launch): abort with the
+ * location. Calls whose failure is an input error (allocation) are checked where they are made. */
+#define QRT_CUDA_CHECK(call)                                                                            \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            fprintf(stderr, "qwenrt: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,          \
+                    cudaGetErrorString(e_));                                                            \
+            abort();                                                                                    \
+        }                                                                                               \
+    } while (0)
+
+/* After every launch: the launch error, and with QRT_CUDA_SYNC=1 the kernel's own error too. */
+void qrt_cuda_after_launch(const char *file, int line);
+#define QRT_CUDA_LAUNCHED() qrt_cuda_after_launch(__FILE__, __LINE__)
+
+static inline unsigned qrt_grid(size_t n, unsigned block) { return (unsigned)((n + block - 1) / block); }
+
+/* Dense weight rows are padded on the device to a multiple of 16 bytes (see prepare_linear), so every
+ * row starts 16-byte aligned. Elements per padded row: */
+static inline int64_t qrt_dense_row_elems(int fmt, int64_t k) {
+    int64_t per16 = fmt == QRT_WF_F32 ? 4 : 8;
+    return (k + per16 - 1) / per16 * per16;
+}
+/* NVFP4 rows are padded to a multiple of 32 elements (16 bytes of codes, 2 scale bytes). */
+static inline int64_t qrt_nvfp4_row_elems(int64_t k) { return (k + 31) / 32 * 32; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    /* xor butterfly: every lane ends with the same value, summed in the same tree */
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the total.
+ * scratch holds 32 floats. The order is fixed by the block size. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* scratch may still be read by an earlier call */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Launchers, one per op, defined in the op family's .cu file. Pointers are device memory. */
+void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
+void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
+void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y);
+void qrt_cuda_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y);
+void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y);
+void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
+void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0);
+void qrt_cuda_attention(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
+                        float *out);
+void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
+void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y);
+void qrt_cuda_add(float *y, const float *x, size_t n);
+#endif

@@ -1,0 +1,129 @@
+/* Embedding gather and the elementwise ops, plus the fills and the read probe the tests and tilebench use.
+ * Variants:
+ *   0  embed_rows<fmt>     one block per token, threads over D (table rows padded as in matmul.cu)
+ *   1  swiglu_kernel       y = silu(g)·u, grid-stride
+ *   2  sigmoid_mul_kernel  y = x·sigmoid(g), grid-stride
+ *   3  add_kernel          y += x, grid-stride
+ *   4  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
+ *   5  read_probe          16-byte loads over a buffer, the measured read bandwidth */
+#include "backend/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "util/common.h"
+}
+
+template <int FMT>
+__global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp, const int32_t *ids /* [T] */,
+                           float *out /* [T][D] */) {
+    const int t = blockIdx.x;
+    const int64_t r = ids[t];
+    float *o = out + (size_t)t * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        if (FMT == QRT_WF_F32) o[d] = reinterpret_cast<const float *>(E)[r * Dp + d];
+        else if (FMT == QRT_WF_BF16)
+            o[d] = __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(E)[r * Dp + d] << 16);
+        else o[d] = __half2float(reinterpret_cast<const __half *>(E)[r * Dp + d]);
+    }
+}
+
+void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out) {
+    const int64_t Dp = qrt_dense_row_elems(E->fmt, E->k);
+    const uint8_t *e = (const uint8_t *)E->data;
+    switch (E->fmt) {
+    case QRT_WF_F32: embed_rows<QRT_WF_F32><<<T, 256>>>(e, E->k, Dp, ids_dev, out); break;
+    case QRT_WF_BF16: embed_rows<QRT_WF_BF16><<<T, 256>>>(e, E->k, Dp, ids_dev, out); break;
+    case QRT_WF_F16: embed_rows<QRT_WF_F16><<<T, 256>>>(e, E->k, Dp, ids_dev, out); break;
+    default: QRT_ASSERT(!"embedding table must be F32, BF16 or F16");
+    }
+    QRT_CUDA_LAUNCHED();
+}
+
+static unsigned ew_grid(size_t n) {
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g < 65536 ? (g ? g : 1) : 65536);
+}
+
+__global__ void swiglu_kernel(const float *g, const float *u, size_t n, float *y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = silu_f(g[i]) * u[i];
+}
+__global__ void sigmoid_mul_kernel(const float *x, const float *g, size_t n, float *y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = x[i] * sigmoid_f(g[i]);
+}
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
+    if (!n) return;
+    swiglu_kernel<<<ew_grid(n), 256>>>(g, u, n, y);
+    QRT_CUDA_LAUNCHED();
+}
+void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
+    if (!n) return;
+    sigmoid_mul_kernel<<<ew_grid(n), 256>>>(x, g, n, y);
+    QRT_CUDA_LAUNCHED();
+}
+void qrt_cuda_add(float *y, const float *x, size_t n) {
+    if (!n) return;
+    add_kernel<<<ew_grid(n), 256>>>(y, x, n);
+    QRT_CUDA_LAUNCHED();
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_bytes(uint64_t *p, size_t words, uint64_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = mix64(seed * 0x9e3779b97f4a7c15ull + i);
+}
+__global__ void fill_tail_bytes(uint8_t *p, size_t n, uint64_t seed) {
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = (uint8_t)mix64(seed + 0x51ed2701u + i);
+}
+__global__ void fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float u = (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+        p[i] = lo + (hi - lo) * u;
+    }
+}
+
+extern "C" void qrt_cuda_fill_random_bytes(void *p, size_t bytes, uint64_t seed) {
+    QRT_ASSERT((uintptr_t)p % 8 == 0);
+    size_t words = bytes / 8;
+    if (words) fill_bytes<<<ew_grid(words), 256>>>((uint64_t *)p, words, seed);
+    if (bytes % 8) fill_tail_bytes<<<1, 32>>>((uint8_t *)p + words * 8, bytes % 8, seed);
+    QRT_CUDA_LAUNCHED();
+}
+extern "C" void qrt_cuda_fill_random_f32(float *p, size_t n, uint64_t seed, float lo, float hi) {
+    if (!n) return;
+    fill_f32<<<ew_grid(n), 256>>>(p, n, seed, lo, hi);
+    QRT_CUDA_LAUNCHED();
+}
+
+__global__ void __launch_bounds__(512) read_probe(const uint4 *p, size_t n, unsigned *sink) {
+    uint32_t acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) { /* four loads in flight */
+        uint4 a = __ldg(p + i), b = __ldg(p + i + stride), c = __ldg(p + i + 2 * stride), d = __ldg(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        uint4 a = __ldg(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads; practically never taken */
+}
+
+extern "C" void qrt_cuda_read_probe(const void *p, size_t bytes, unsigned *sink) {
+    QRT_ASSERT((uintptr_t)p % 16 == 0);
+    int sms = 0;
+    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    read_probe<<<sms * 4, 512>>>((const uint4 *)p, bytes / 16, sink);
+    QRT_CUDA_LAUNCHED();
+}

@@ -1,0 +1,474 @@
+/* Every CUDA op and every matmul variant against the CPU backend (NVFP4: against a float64 reference of
+ * the dequantized weight, which the CPU backend cannot run yet), on random inputs (never zeros), at the
+ * Qwen3.6-27B shapes and at odd ones. Each device output is poisoned with NaN before the op and followed by
+ * a guard band of sentinels; the check fails on an unwritten element, a NaN/Inf, a touched guard, or an
+ * error ‖gpu − ref‖ / ‖ref‖ above the tolerance named at the call (f32 vs f32 in another summation order:
+ * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
+ * Batch invariance: the matmul row of a token must be bit-identical at any T and for every NVFP4 variant.
+ * Exit 77 (CTest SKIP) when there is no GPU. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "io/dtype.h"
+
+#define GUARD 64
+static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
+static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
+
+static const qrt_backend *cpu, *gpu;
+static int failures = 0, checks = 0;
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float urand(uint64_t seed, size_t i, float lo, float hi) {
+    return lo + (hi - lo) * (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+}
+/* n random floats in [lo, hi), host memory */
+static float *host_rand(size_t n, uint64_t seed, float lo, float hi) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) p[i] = urand(seed, i, lo, hi);
+    return p;
+}
+
+/* A device copy of n host floats, guard band after it. */
+static float *dev_in(const float *h, size_t n) {
+    float *d = gpu->alloc(sizeof(float) * (n + GUARD));
+    gpu->upload(d, h, sizeof(float) * n);
+    uint32_t g[GUARD];
+    for (int i = 0; i < GUARD; i++) g[i] = SENTINEL;
+    gpu->upload(d + n, g, sizeof g);
+    return d;
+}
+/* A device output of n floats: poisoned, guard band after it. */
+static float *dev_out(size_t n) {
+    uint32_t *h = malloc(sizeof(uint32_t) * (n + GUARD));
+    for (size_t i = 0; i < n; i++) h[i] = POISON;
+    for (int i = 0; i < GUARD; i++) h[n + i] = SENTINEL;
+    float *d = gpu->alloc(sizeof(float) * (n + GUARD));
+    gpu->upload(d, h, sizeof(uint32_t) * (n + GUARD));
+    free(h);
+    return d;
+}
+static float *download(const float *d, size_t n) {
+    float *h = malloc(sizeof(float) * (n + GUARD));
+    gpu->download(h, d, sizeof(float) * (n + GUARD));
+    return h;
+}
+
+/* Compare device result d [n] with reference ref [n]; returns the downloaded copy (caller frees). */
+static float *check_dev(const char *what, const float *d, const double *refd, const float *reff, size_t n,
+                        double tol) {
+    float *h = download(d, n);
+    checks++;
+    size_t bad = n, guard_bad = GUARD;
+    double num = 0, den = 0, maxabs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = refd ? refd[i] : reff[i];
+        if (!isfinite(h[i]) && bad == n) bad = i;
+        double e = (double)h[i] - r;
+        num += e * e;
+        den += r * r;
+        if (fabs(e) > maxabs) maxabs = fabs(e);
+    }
+    for (int i = 0; i < GUARD; i++) {
+        uint32_t u;
+        memcpy(&u, &h[n + i], 4);
+        if (u != SENTINEL && guard_bad == GUARD) guard_bad = (size_t)i;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int ok = bad == n && guard_bad == GUARD && rel <= tol;
+    if (!ok) {
+        failures++;
+        printf("FAIL %-58s rel %.3g (tol %.1g) max|e| %.3g", what, rel, tol, maxabs);
+        if (bad != n) printf(" non-finite at %zu", bad);
+        if (guard_bad != GUARD) printf(" guard overwritten at +%zu", guard_bad);
+        printf("\n");
+    } else {
+        printf("ok   %-58s rel %.3g\n", what, rel);
+    }
+    return h;
+}
+static void check(const char *what, const float *d, const float *ref, size_t n, double tol) {
+    free(check_dev(what, d, NULL, ref, n, tol));
+}
+static void expect_same_bits(const char *what, const float *a, const float *b, size_t n) {
+    checks++;
+    if (memcmp(a, b, sizeof(float) * n)) {
+        size_t i = 0;
+        while (i < n && !memcmp(&a[i], &b[i], 4)) i++;
+        failures++;
+        printf("FAIL %-58s differs at %zu: %.9g vs %.9g\n", what, i, a[i], b[i]);
+    } else {
+        printf("ok   %-58s bit-identical\n", what);
+    }
+}
+
+/* ---- dense matmul ---------------------------------------------------------------------------------- */
+
+static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+    size_t esize = fmt == QRT_WF_F32 ? 4 : 2;
+    uint8_t *wh = malloc((size_t)N * K * esize);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = urand(seed, (size_t)i, -1.0f, 1.0f);
+        if (fmt == QRT_WF_F32) memcpy(wh + 4 * i, &v, 4);
+        else if (fmt == QRT_WF_BF16) {
+            uint16_t b = qrt_f32_to_bf16(v);
+            memcpy(wh + 2 * i, &b, 2);
+        } else {
+            /* f16 of a value exactly representable in both: round through bf16 (8 bits of mantissa) */
+            uint16_t b = qrt_f32_to_bf16(v);
+            float f = qrt_bf16_to_f32(b);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            int e = (int)((u >> 23) & 0xff) - 127;
+            uint16_t h = 0;
+            if (e >= -14) h = (uint16_t)(((u >> 16) & 0x8000) | ((e + 15) << 10) | ((u >> 13) & 0x3ff));
+            memcpy(wh + 2 * i, &h, 2);
+        }
+    }
+    qrt_linear wc = {.fmt = fmt, .n = N, .k = K, .data = wh, .name = "test"};
+    qrt_linear wg = wc;
+    if (gpu->prepare_linear(&wg) != QRT_OK) {
+        printf("FAIL prepare_linear: %s\n", qrt_last_error());
+        failures++;
+        free(wh);
+        return;
+    }
+    int Tmax = 0;
+    for (int i = 0; i < nT; i++) Tmax = QRT_MAX(Tmax, Ts[i]);
+    float *x = host_rand((size_t)Tmax * K, seed + 1, -1.0f, 1.0f);
+    float *xd = dev_in(x, (size_t)Tmax * K);
+    float *ref = malloc(sizeof(float) * (size_t)Tmax * N);
+    cpu->matmul(&wc, x, Tmax, ref);
+    /* row t alone (T = 1): the batch-invariance baseline */
+    float *y1d = dev_out((size_t)N);
+    gpu->matmul(&wg, xd + (size_t)(Tmax - 1) * K, 1, y1d);
+    float *y1 = download(y1d, N);
+    gpu->matmul(&wg, xd, 1, y1d);
+    float *y0 = download(y1d, N);
+    for (int i = 0; i < nT; i++) {
+        int T = Ts[i];
+        float *yd = dev_out((size_t)T * N);
+        gpu->matmul(&wg, xd, T, yd);
+        char what[128];
+        snprintf(what, sizeof what, "matmul %s N=%lld K=%lld T=%d", qrt_wformat_name(fmt), (long long)N, (long long)K, T);
+        float *y = check_dev(what, yd, NULL, ref, (size_t)T * N, 1e-5);
+        snprintf(what, sizeof what, "  batch invariance T=%d row 0 vs T=1", T);
+        expect_same_bits(what, y, y0, N);
+        if (T == Tmax) {
+            snprintf(what, sizeof what, "  batch invariance T=%d row %d vs T=1", T, T - 1);
+            expect_same_bits(what, y + (size_t)(T - 1) * N, y1, N);
+        }
+        free(y);
+        gpu->free(yd);
+    }
+    free(y0), free(y1), gpu->free(y1d), gpu->free(xd), free(x), free(ref), free(wh);
+    gpu->free((void *)wg.data);
+}
+
+/* ---- NVFP4 ----------------------------------------------------------------------------------------- */
+
+static const float e2m1_values[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+
+static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+    uint8_t *codes = malloc((size_t)N * K / 2), *scales = malloc((size_t)N * K / 16);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)mix64(seed * 7 + (uint64_t)i);
+    /* e4m3 scales in [2^-3, 2^3], either sign never negative (real checkpoints), no NaN */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * K / 16; i++) {
+        uint64_t r = mix64(seed * 13 + (uint64_t)i);
+        scales[i] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
+    }
+    const float scale2 = 0.0123f;
+    qrt_linear wg = {.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales, .scale2 = scale2,
+                     .name = "nvfp4 test"};
+    if (gpu->prepare_linear(&wg) != QRT_OK) {
+        printf("FAIL prepare_linear nvfp4: %s\n", qrt_last_error());
+        failures++;
+        return;
+    }
+    int Tmax = 0;
+    for (int i = 0; i < nT; i++) Tmax = QRT_MAX(Tmax, Ts[i]);
+    float *x = host_rand((size_t)Tmax * K, seed + 1, -1.0f, 1.0f);
+    float *xd = dev_in(x, (size_t)Tmax * K);
+    double *ref = malloc(sizeof(double) * (size_t)Tmax * N);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        for (int t = 0; t < Tmax; t++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) {
+                uint8_t b = codes[r * K / 2 + k / 2];
+                float w = e2m1_values[k & 1 ? b >> 4 : b & 15] * qrt_e4m3_lut[scales[r * K / 16 + k / 16]] * scale2;
+                acc += (double)w * x[(size_t)t * K + k];
+            }
+            ref[(size_t)t * N + r] = acc;
+        }
+    }
+    float *base = NULL; /* variant 0 at T = 1, token 0: every other result's row 0 must equal it */
+    for (int v = 0; v < qrt_nvfp4_variant_count(); v++) {
+        for (int i = 0; i < nT; i++) {
+            int T = Ts[i];
+            float *yd = dev_out((size_t)T * N);
+            qrt_nvfp4_matmul_variant(v, &wg, xd, T, yd);
+            char what[128];
+            snprintf(what, sizeof what, "nvfp4 %-10s N=%lld K=%lld T=%d", qrt_nvfp4_variant_name(v), (long long)N,
+                     (long long)K, T);
+            float *y = check_dev(what, yd, ref, NULL, (size_t)T * N, 2e-6);
+            if (!base) {
+                base = malloc(sizeof(float) * N);
+                memcpy(base, y, sizeof(float) * N);
+            } else {
+                snprintf(what, sizeof what, "  same bits as warp_row T=1 (row 0)");
+                expect_same_bits(what, y, base, N);
+            }
+            free(y);
+            gpu->free(yd);
+        }
+    }
+    /* the op itself: autotuned pick */
+    int T = Ts[nT - 1];
+    float *yd = dev_out((size_t)T * N);
+    int pick = qrt_nvfp4_pick(&wg, T);
+    gpu->matmul(&wg, xd, T, yd);
+    char what[128];
+    snprintf(what, sizeof what, "nvfp4 op (autotune picked %s) T=%d", qrt_nvfp4_variant_name(pick), T);
+    free(check_dev(what, yd, ref, NULL, (size_t)T * N, 2e-6));
+    gpu->free(yd);
+    free(base), free(ref), gpu->free(xd), free(x), free(codes), free(scales);
+    gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
+}
+
+/* ---- the other ops ------------------------------------------------------------------------------- */
+
+static void test_rmsnorm(int rows, int n, uint64_t seed) {
+    float *x = host_rand((size_t)rows * n, seed, -2, 2), *w = host_rand(n, seed + 1, 0.5f, 1.5f);
+    float *z = host_rand((size_t)rows * n, seed + 2, -3, 3);
+    float *ref = malloc(sizeof(float) * rows * n);
+    float *xd = dev_in(x, (size_t)rows * n), *wd = dev_in(w, n), *zd = dev_in(z, (size_t)rows * n);
+    float *yd = dev_out((size_t)rows * n);
+    char what[128];
+    cpu->rmsnorm(x, w, rows, n, 1e-6f, ref);
+    gpu->rmsnorm(xd, wd, rows, n, 1e-6f, yd);
+    snprintf(what, sizeof what, "rmsnorm rows=%d n=%d", rows, n);
+    check(what, yd, ref, (size_t)rows * n, 1e-6);
+    gpu->rmsnorm(xd, wd, rows, n, 1e-6f, xd); /* in place, as model.c calls it */
+    snprintf(what, sizeof what, "rmsnorm in place rows=%d n=%d", rows, n);
+    check(what, xd, ref, (size_t)rows * n, 1e-6);
+    gpu->upload(xd, x, sizeof(float) * rows * n);
+    cpu->rmsnorm_gated(x, z, w, rows, n, 1e-6f, ref);
+    gpu->rmsnorm_gated(xd, zd, wd, rows, n, 1e-6f, yd);
+    snprintf(what, sizeof what, "rmsnorm_gated rows=%d n=%d", rows, n);
+    check(what, yd, ref, (size_t)rows * n, 1e-6);
+    free(x), free(w), free(z), free(ref);
+    gpu->free(xd), gpu->free(wd), gpu->free(zd), gpu->free(yd);
+}
+
+static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
+    float *x = host_rand((size_t)T * ch, seed, -2, 2), *w = host_rand((size_t)ch * Ck, seed + 1, -1, 1);
+    float *st = host_rand((size_t)(Ck - 1) * ch, seed + 2, -2, 2);
+    float *xd = dev_in(x, (size_t)T * ch), *wd = dev_in(w, (size_t)ch * Ck), *sd = dev_in(st, (size_t)(Ck - 1) * ch);
+    float *yd = dev_out((size_t)T * ch), *ref = malloc(sizeof(float) * T * ch);
+    cpu->conv1d_silu(x, st, w, T, ch, Ck, ref);
+    gpu->conv1d_silu(xd, sd, wd, T, ch, Ck, yd);
+    char what[128];
+    snprintf(what, sizeof what, "conv1d_silu T=%d ch=%d Ck=%d", T, ch, Ck);
+    check(what, yd, ref, (size_t)T * ch, 1e-6);
+    snprintf(what, sizeof what, "conv1d_silu state T=%d ch=%d Ck=%d", T, ch, Ck);
+    check(what, sd, st, (size_t)(Ck - 1) * ch, 0);
+    free(x), free(w), free(st), free(ref);
+    gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
+}
+
+static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_t seed) {
+    size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv, ns = (size_t)Hv * Dk * Dv, no = (size_t)T * Hv * Dv;
+    float *qkv = host_rand(T * row, seed, -1, 1), *a = host_rand((size_t)T * Hv, seed + 1, -2, 2);
+    float *b = host_rand((size_t)T * Hv, seed + 2, -2, 2), *Al = host_rand(Hv, seed + 3, -1, 1);
+    float *dtb = host_rand(Hv, seed + 4, -1, 1), *S = host_rand(ns, seed + 5, -0.1f, 0.1f);
+    float *o = malloc(sizeof(float) * no);
+    float *qd = dev_in(qkv, T * row), *ad = dev_in(a, (size_t)T * Hv), *bd = dev_in(b, (size_t)T * Hv);
+    float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_in(S, ns), *od = dev_out(no);
+    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, o);
+    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, od);
+    char what[128];
+    double tol = chunked ? 1e-4 : 1e-5;
+    snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", chunked ? " (chunked)" : "", T, Hk, Hv, Dk, Dv);
+    check(what, od, o, no, tol);
+    snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", chunked ? " (chunked)" : "", T, Hk, Hv,
+             Dk, Dv);
+    check(what, Sd, S, ns, tol);
+    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o);
+    gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(Sd), gpu->free(od);
+}
+
+static void test_rope(int T, int H, int Dh, int R, double theta, int pos0, uint64_t seed) {
+    size_t n = (size_t)T * H * Dh;
+    float *x = host_rand(n, seed, -2, 2), *xd = dev_in(x, n);
+    cpu->rope(x, T, H, Dh, R, theta, pos0);
+    gpu->rope(xd, T, H, Dh, R, theta, pos0);
+    char what[128];
+    snprintf(what, sizeof what, "rope T=%d H=%d Dh=%d R=%d theta=%g pos0=%d", T, H, Dh, R, theta, pos0);
+    check(what, xd, x, n, 2e-6);
+    free(x), gpu->free(xd);
+}
+
+static void test_attention(int T, int pos0, int Hq, int Hkv, int Dh, uint64_t seed) {
+    size_t nq = (size_t)T * Hq * Dh, nc = (size_t)(pos0 + T) * Hkv * Dh;
+    float *q = host_rand(nq, seed, -1, 1), *k = host_rand(nc, seed + 1, -1, 1), *v = host_rand(nc, seed + 2, -1, 1);
+    for (size_t i = 0; i < nq; i++) q[i] *= 4; /* sharper softmax than uniform noise gives */
+    float *ref = malloc(sizeof(float) * nq);
+    float *qd = dev_in(q, nq), *kd = dev_in(k, nc), *vd = dev_in(v, nc), *od = dev_out(nq);
+    cpu->attention(q, k, v, T, pos0, Hq, Hkv, Dh, ref);
+    gpu->attention(qd, kd, vd, T, pos0, Hq, Hkv, Dh, od);
+    char what[128];
+    snprintf(what, sizeof what, "attention T=%d pos0=%d Hq=%d Hkv=%d Dh=%d", T, pos0, Hq, Hkv, Dh);
+    check(what, od, ref, nq, 1e-5);
+    free(q), free(k), free(v), free(ref);
+    gpu->free(qd), gpu->free(kd), gpu->free(vd), gpu->free(od);
+}
+
+static void test_elementwise(size_t n, uint64_t seed) {
+    float *a = host_rand(n, seed, -4, 4), *b = host_rand(n, seed + 1, -4, 4), *ref = malloc(sizeof(float) * n);
+    float *ad = dev_in(a, n), *bd = dev_in(b, n), *yd = dev_out(n);
+    char what[128];
+    cpu->swiglu(a, b, n, ref);
+    gpu->swiglu(ad, bd, n, yd);
+    snprintf(what, sizeof what, "swiglu n=%zu", n);
+    check(what, yd, ref, n, 1e-6);
+    cpu->sigmoid_mul(a, b, n, ref);
+    gpu->sigmoid_mul(ad, bd, n, yd);
+    snprintf(what, sizeof what, "sigmoid_mul n=%zu", n);
+    check(what, yd, ref, n, 1e-6);
+    memcpy(ref, a, sizeof(float) * n);
+    cpu->add(ref, b, n);
+    gpu->add(ad, bd, n);
+    snprintf(what, sizeof what, "add n=%zu", n);
+    check(what, ad, ref, n, 0);
+    free(a), free(b), free(ref);
+    gpu->free(ad), gpu->free(bd), gpu->free(yd);
+}
+
+static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
+    size_t esize = fmt == QRT_WF_F32 ? 4 : 2;
+    uint8_t *e = malloc((size_t)V * D * esize);
+    for (int64_t i = 0; i < V * D; i++) {
+        float f = urand(seed, (size_t)i, -1, 1);
+        if (fmt == QRT_WF_F32) memcpy(e + 4 * i, &f, 4);
+        else {
+            uint16_t h = fmt == QRT_WF_BF16 ? qrt_f32_to_bf16(f) : (uint16_t)(0x3c00 | (mix64(i) & 0x3ff)); /* f16 1..2 */
+            memcpy(e + 2 * i, &h, 2);
+        }
+    }
+    qrt_linear ec = {.fmt = fmt, .n = V, .k = D, .data = e, .name = "embed"}, eg = ec;
+    if (gpu->prepare_linear(&eg) != QRT_OK) {
+        failures++;
+        return;
+    }
+    enum { T = 9 };
+    int32_t ids[T] = {0, (int32_t)V - 1, 1, 7 % (int32_t)V, (int32_t)V / 2, 3 % (int32_t)V, (int32_t)V - 1, 0, 5 % (int32_t)V};
+    float *ref = malloc(sizeof(float) * T * D), *yd = dev_out((size_t)T * D);
+    cpu->embed(&ec, ids, T, ref);
+    gpu->embed(&eg, ids, T, yd);
+    char what[128];
+    snprintf(what, sizeof what, "embed %s V=%lld D=%lld T=%d", qrt_wformat_name(fmt), (long long)V, (long long)D, T);
+    check(what, yd, ref, (size_t)T * D, 0);
+    free(e), free(ref), gpu->free(yd), gpu->free((void *)eg.data);
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick"); /* skip the 27B-shape lm_head cases */
+    if (qrt_cuda_device_count() < 1) {
+        printf("SKIP: no CUDA device (no GPU or no driver); the gpu tests need one\n");
+        return 77;
+    }
+    qrt_dtype_init();
+    cpu = qrt_backend_cpu();
+    gpu = qrt_backend_cuda();
+    if (!gpu) {
+        printf("SKIP: %s\n", qrt_last_error());
+        return 77;
+    }
+    char dev[256];
+    qrt_cuda_describe(dev, sizeof dev);
+    printf("device: %s\n", dev);
+    double t0 = qrt_now_ms();
+
+    const int Ts_small[] = {1, 2, 7, 16, 17, 64};
+    const int Ts_real[] = {1, 7, 64};
+    /* dense matmul: 27B shapes (BF16, as stored) and odd ones in every format */
+    test_dense(QRT_WF_BF16, 17408, 5120, Ts_real, 3, 11);
+    test_dense(QRT_WF_BF16, 5120, 17408, Ts_real, 3, 12);
+    test_dense(QRT_WF_BF16, 10240, 5120, Ts_real, 3, 13);
+    test_dense(QRT_WF_BF16, 48, 5120, Ts_small, 6, 14);
+    for (int f = 0; f < 3; f++) {
+        qrt_wformat fmt = f == 0 ? QRT_WF_BF16 : f == 1 ? QRT_WF_F16 : QRT_WF_F32;
+        test_dense(fmt, 1000, 130, Ts_small, 6, 20 + f);
+        test_dense(fmt, 37, 72, Ts_small, 6, 30 + f);
+        test_dense(fmt, 3, 5, Ts_small, 6, 40 + f);
+        test_dense(fmt, 513, 1024, Ts_small, 6, 50 + f);
+    }
+    if (!quick) {
+        const int T1[] = {1};
+        test_dense(QRT_WF_BF16, 248320, 5120, T1, 1, 15);
+    }
+    /* NVFP4: every variant; the 27B shapes and odd ones (K % 32 == 16 exercises the padded tail) */
+    const int Tf[] = {1, 2, 7, 9, 16};
+    const int Tf_real[] = {1, 7};
+    test_nvfp4(2 * 17408, 5120, Tf_real, 2, 61);
+    test_nvfp4(5120, 17408, Tf_real, 2, 62);
+    if (!quick) test_nvfp4(248320, 5120, Tf_real, 2, 63);
+    test_nvfp4(1000, 176, Tf, 5, 64);
+    test_nvfp4(37, 48, Tf, 5, 65);
+    test_nvfp4(5, 16, Tf, 5, 66);
+    test_nvfp4(130, 1024, Tf, 5, 67);
+    /* norms */
+    test_rmsnorm(7, 5120, 71);
+    test_rmsnorm(7 * 24, 256, 72);
+    test_rmsnorm(7 * 48, 128, 73);
+    test_rmsnorm(5, 130, 74);
+    test_rmsnorm(3, 4096, 75);
+    /* conv */
+    test_conv1d(1, 10240, 4, 81);
+    test_conv1d(7, 10240, 4, 82);
+    test_conv1d(130, 10240, 4, 83);
+    test_conv1d(5, 1000, 3, 84);
+    /* GDN: 27B heads, fixture heads, dk != dv */
+    test_gdn(1, 16, 48, 128, 128, 0, 91);
+    test_gdn(7, 16, 48, 128, 128, 0, 92);
+    test_gdn(100, 16, 48, 128, 128, 1, 93);
+    test_gdn(5, 2, 6, 32, 32, 0, 94);
+    test_gdn(130, 2, 6, 32, 32, 1, 95);
+    test_gdn(9, 2, 4, 32, 48, 0, 96);
+    test_gdn(3, 1, 2, 64, 40, 0, 97);
+    /* rope */
+    test_rope(7, 24, 256, 64, 1e7, 100, 101);
+    test_rope(7, 4, 256, 64, 1e7, 4000, 102);
+    test_rope(5, 4, 32, 8, 1e7, 0, 103);
+    test_rope(9, 2, 32, 16, 1e4, 17, 104);
+    /* attention: decode and prefill, GQA 6:1 at Dh 256; fixture shapes */
+    test_attention(1, 300, 24, 4, 256, 111);
+    test_attention(1, 0, 24, 4, 256, 112);
+    test_attention(33, 0, 24, 4, 256, 113);
+    test_attention(7, 129, 24, 4, 256, 114);
+    test_attention(5, 3, 4, 2, 32, 115);
+    test_attention(130, 0, 4, 1, 64, 116);
+    test_attention(2, 40, 2, 2, 48, 117);
+    /* elementwise and embedding */
+    test_elementwise((size_t)7 * 17408, 121);
+    test_elementwise(1001, 122);
+    test_embed(QRT_WF_BF16, 1000, 130, 131);
+    test_embed(QRT_WF_F16, 1000, 130, 132);
+    test_embed(QRT_WF_F32, 1000, 130, 133);
+    test_embed(QRT_WF_BF16, 4096, 5120, 134);
+
+    printf("%s: %d of %d checks failed (%.1f s)\n", failures ? "FAIL" : "PASS", failures, checks,
+           (qrt_now_ms() - t0) / 1e3);
+    return failures ? 1 : 0;
+}
