@@ -1,7 +1,9 @@
 /* End to end on the GPU: load each fixture model (tests/data/tiny-*) on the cuda device and check that
  * greedy generation reproduces the Hugging Face continuations stored in reference.safetensors
  * (gen_long after the 130-token prompt, gen_short after the 5-token one; 40 tokens each), and report how
- * far the first-step logits are from HF's. Exit 77 (CTest SKIP) when there is no GPU. */
+ * far the first-step logits are from HF's. On the model with an MTP head, speculative decoding at K = 1..8
+ * must give the same tokens, also with drafts forced to agree (full accepts) or to fail at every position
+ * (rollback at each j) on the GPU. Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <string.h>
 
@@ -66,6 +68,47 @@ static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, con
     free(prompt), free(want), free(got);
 }
 
+/* Drafts that agree with the reference for the first break_at-1 positions of a cycle, then disagree. */
+typedef struct {
+    const int32_t *want;
+    int n_prompt, n_want, break_at, V;
+} forced;
+
+static int32_t forced_draft(int32_t k, int32_t proposed, int32_t pos, void *user) {
+    const forced *f = user;
+    int i = pos - f->n_prompt;
+    if (i < 0 || i >= f->n_want) return proposed;
+    if (f->break_at && k >= f->break_at) return k == f->break_at ? (f->want[i] + 1) % f->V : proposed;
+    return f->want[i];
+}
+
+static void run_spec_cases(qrt_model *m, const qrt_st_set *ref, const char *model) {
+    const qrt_st_tensor *pt = need(ref, "gen_prompt_short", QRT_DT_I32), *gt = need(ref, "gen_short", QRT_DT_I32);
+    if (!pt || !gt) return;
+    int n = (int)pt->shape[0], n_new = (int)gt->shape[0] - QRT_SPEC_MAX_K;
+    const int32_t *prompt = (const int32_t *)pt->data, *want = (const int32_t *)gt->data;
+    int32_t got[64];
+    int bad = 0, runs = 0;
+    for (int K = 1; K <= 8; K++)
+        for (int brk = -1; brk <= K; brk++) { /* -1: the MTP's own drafts; 0: all agree; r: fail at draft r */
+            forced f = {want, n, (int)gt->shape[0], brk, qrt_model_vocab(m)};
+            qrt_gen_opts go = {.max_new = n_new, .spec_k = K, .draft_hook = brk >= 0 ? forced_draft : NULL,
+                               .draft_user = &f};
+            qrt_session *s = NULL;
+            qrt_gen_stats gs;
+            runs++;
+            if (qrt_session_new(m, n + n_new + K + 1, &s) != QRT_OK || qrt_generate(s, prompt, n, &go, got, &gs) != QRT_OK ||
+                memcmp(got, want, sizeof(int32_t) * n_new) != 0 || (brk == 0 && gs.accepts != (int64_t)K * gs.attempts)) {
+                printf("FAIL %-10s speculative K=%d drafts %d: tokens differ from greedy (or accepts %lld/%lld)\n", model,
+                       K, brk, (long long)gs.accepts, (long long)gs.attempts);
+                bad++;
+            }
+            qrt_session_free(s);
+        }
+    failures += bad;
+    if (!bad) printf("ok   %-10s speculative K=1..8, own/forced/failing drafts: %d runs equal greedy\n", model, runs);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_cuda_model DATA_DIR [cpu]   (cpu: run the same checks on the CPU backend)\n");
@@ -90,6 +133,7 @@ int main(int argc, char **argv) {
         } else {
             run_case(m, &ref, models[i], "long");
             run_case(m, &ref, models[i], "short");
+            if (m->mtp.present) run_spec_cases(m, &ref, models[i]);
         }
         qrt_st_close(&ref);
         qrt_model_free(m);
