@@ -402,6 +402,86 @@ static void test_mtp_sidecar(void) {
     qrt_model_free(m);
 }
 
+/* Rewrite src (a compressed-tensors NVFP4 folder) as ModelOpt NVFP4: <p>.weight_packed → <p>.weight (U8),
+ * <p>.weight_global_scale g → <p>.weight_scale_2 = 1/g, the quantization declared in hf_quant_config.json. */
+static int write_modelopt_copy(const char *src, const char *dst) {
+    char path[4300];
+    qrt_st_set in;
+    if (qrt_st_open_dir(&in, src) != QRT_OK) return -1;
+    mkdir(dst, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dst);
+    qrt_st_writer w;
+    int ok = qrt_stw_open(&w, path) == QRT_OK;
+    char name[512];
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        if (pass == 1) ok = qrt_stw_write_header(&w) == QRT_OK;
+        for (int i = 0; i < in.n_tensors && ok; i++) {
+            const qrt_st_tensor *t = &in.tensors[i];
+            const char *dot = strrchr(t->name, '.');
+            size_t stem = (size_t)(dot - t->name);
+            float inv;
+            const void *bytes = t->data;
+            if (!strcmp(dot, ".weight_packed")) {
+                snprintf(name, sizeof name, "%.*s.weight", (int)stem, t->name);
+            } else if (!strcmp(dot, ".weight_global_scale")) {
+                snprintf(name, sizeof name, "%.*s.weight_scale_2", (int)stem, t->name);
+                float g;
+                memcpy(&g, t->data, 4);
+                inv = 1.0f / g;
+                bytes = &inv;
+            } else {
+                snprintf(name, sizeof name, "%s", t->name);
+            }
+            ok = pass == 0 ? qrt_stw_declare(&w, name, t->dtype, t->ndim, t->shape) == QRT_OK
+                           : qrt_stw_write(&w, name, bytes, t->nbytes) == QRT_OK;
+        }
+    }
+    ok = ok && qrt_stw_close(&w, NULL) == QRT_OK;
+    qrt_st_close(&in);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_object_del(cfg, "quantization_config");
+    json_object_del(json_object_get(cfg, "text_config"), "quantization_config");
+    snprintf(path, sizeof path, "%s/config.json", dst);
+    ok = ok && cfg && json_dump_file(cfg, path, JSON_INDENT(1)) == 0;
+    json_decref(cfg);
+    json_t *hf = json_pack("{s:{s:s,s:i,s:[s]}}", "quantization", "quant_algo", "NVFP4", "group_size", 16,
+                           "exclude_modules", "lm_head");
+    snprintf(path, sizeof path, "%s/hf_quant_config.json", dst);
+    ok = ok && json_dump_file(hf, path, JSON_INDENT(1)) == 0;
+    json_decref(hf);
+    return ok ? 0 : -1;
+}
+
+/* The same weights as ModelOpt NVFP4 give bit-identical logits: the loader maps both layouts to one
+ * in-memory form (scale2 = 1/g either way). */
+static void test_modelopt(void) {
+    char ct[4200], mo[4200];
+    snprintf(ct, sizeof ct, "%s/tiny-mm-nvfp4", scratch);
+    snprintf(mo, sizeof mo, "%s/tiny-mm-modelopt", scratch);
+    CHECK(write_modelopt_copy(ct, mo) == 0, "writing the ModelOpt copy: %s", qrt_last_error());
+    qrt_model *a = NULL, *b = NULL;
+    CHECK(qrt_model_load(ct, &test_cpu, &a) == QRT_OK, "%s", qrt_last_error());
+    CHECK(qrt_model_load(mo, &test_cpu, &b) == QRT_OK, "loading ModelOpt NVFP4: %s", qrt_last_error());
+    if (!a || !b) return qrt_model_free(a), qrt_model_free(b), (void)0;
+    CHECK(b->layers[0].gate.fmt == QRT_WF_NVFP4, "ModelOpt gate_proj binds as NVFP4");
+    const int32_t ids[] = {5, 17, 300, 2, 999, 64, 128, 7, 1000, 11};
+    const int n = (int)(sizeof ids / sizeof ids[0]), V = qrt_model_vocab(a);
+    float *la = calloc((size_t)V, sizeof(float)), *lb = calloc((size_t)V, sizeof(float));
+    qrt_session *sa = NULL, *sb = NULL;
+    CHECK(qrt_session_new(a, n, &sa) == QRT_OK && qrt_session_new(b, n, &sb) == QRT_OK, "sessions");
+    CHECK(sa && sb && qrt_prefill(sa, ids, n, la) == QRT_OK && qrt_prefill(sb, ids, n, lb) == QRT_OK, "%s",
+          qrt_last_error());
+    CHECK(!memcmp(la, lb, sizeof(float) * V), "ModelOpt and compressed-tensors NVFP4 logits differ");
+    printf("tiny-mm ModelOpt NVFP4: loads from hf_quant_config.json; logits bit-identical to compressed-tensors\n");
+    qrt_session_free(sa);
+    qrt_session_free(sb);
+    free(la);
+    free(lb);
+    qrt_model_free(a);
+    qrt_model_free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_quant DATA_DIR SCRATCH_DIR\n");
@@ -415,6 +495,7 @@ int main(int argc, char **argv) {
     test_shapes();
     test_end_to_end("nvfp4");
     test_end_to_end("fp8");
+    test_modelopt();
     test_bad_input();
     test_mtp_sidecar();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
