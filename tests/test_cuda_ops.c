@@ -351,6 +351,17 @@ static void test_elementwise(size_t n, uint64_t seed) {
     gpu->add(ad, bd, n);
     snprintf(what, sizeof what, "add n=%zu", n);
     check(what, ad, ref, n, 0);
+    /* split_rows as attention uses it: rows of [query | gate], here with unequal halves too */
+    const int wa = 24, wb = 8, rows = (int)(n / (wa + wb));
+    float *xd = dev_in(b, n), *ya = malloc(sizeof(float) * n), *yad = dev_out(n), *ybd = dev_out(n);
+    cpu->split_rows(b, rows, wa, wb, ya, ref);
+    gpu->split_rows(xd, rows, wa, wb, yad, ybd);
+    snprintf(what, sizeof what, "split_rows rows=%d %d|%d (second part)", rows, wa, wb);
+    check(what, ybd, ref, (size_t)rows * wb, 0);
+    snprintf(what, sizeof what, "split_rows rows=%d %d|%d (first part)", rows, wa, wb);
+    check(what, yad, ya, (size_t)rows * wa, 0);
+    gpu->free(xd);
+    free(ya), gpu->free(yad), gpu->free(ybd);
     free(a), free(b), free(ref);
     gpu->free(ad), gpu->free(bd), gpu->free(yd);
 }

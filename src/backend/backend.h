@@ -42,6 +42,9 @@ typedef struct qrt_backend {
      * q: [T][Hq][Dh]; cache k, v: [C][Hkv][Dh]; out [T][Hq][Dh]. */
     void (*attention)(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
                       float *out);
+    /* Split rows of (a + b) floats into rows of a and rows of b (q_proj's per-head [query | gate]). */
+    void (*split_rows)(const float *x /* [rows][a+b] */, int rows, int a, int b, float *ya /* [rows][a] */,
+                       float *yb /* [rows][b] */);
     /* y = silu(g) · u */
     void (*swiglu)(const float *g, const float *u, size_t n, float *y);
     /* y = x · sigmoid(g) */

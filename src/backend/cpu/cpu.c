@@ -315,6 +315,13 @@ static void cpu_attention(const float *q, const float *kc, const float *vc, int 
         }
 }
 
+static void cpu_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
+    for (int r = 0; r < rows; r++) {
+        memcpy(ya + (size_t)r * a, x + (size_t)r * (a + b), sizeof(float) * (size_t)a);
+        memcpy(yb + (size_t)r * b, x + (size_t)r * (a + b) + a, sizeof(float) * (size_t)b);
+    }
+}
+
 static void cpu_swiglu(const float *g, const float *u, size_t n, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = silu(g[i]) * u[i];
 }
@@ -344,6 +351,7 @@ static const qrt_backend cpu_backend = {
     .gdn = cpu_gdn,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .split_rows = cpu_split_rows,
     .swiglu = cpu_swiglu,
     .sigmoid_mul = cpu_sigmoid_mul,
     .add = cpu_add,

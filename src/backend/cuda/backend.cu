@@ -5,7 +5,7 @@
  *   conv1d.cu       causal depthwise conv + SiLU
  *   gdn.cu          Gated DeltaNet recurrence (the chunked form runs the recurrence too)
  *   attention.cu    rope, causal GQA attention
- *   elementwise.cu  embed, swiglu, sigmoid_mul, add, test/bench fills and the read probe
+ *   elementwise.cu  embed, split_rows, swiglu, sigmoid_mul, add, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
  * (the mmap'd host data is left as it is). */
 #include <string.h>
@@ -167,6 +167,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->gdn = qrt_cuda_gdn;
         b->rope = qrt_cuda_rope;
         b->attention = qrt_cuda_attention;
+        b->split_rows = qrt_cuda_split_rows;
         b->swiglu = qrt_cuda_swiglu;
         b->sigmoid_mul = qrt_cuda_sigmoid_mul;
         b->add = qrt_cuda_add;

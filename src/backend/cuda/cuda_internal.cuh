@@ -81,6 +81,7 @@ void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0
 void qrt_cuda_attention(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
                         float *out);
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
+void qrt_cuda_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb);
 void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y);
 void qrt_cuda_add(float *y, const float *x, size_t n);
 #endif
