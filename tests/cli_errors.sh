@@ -24,6 +24,9 @@ expect_error "$q" generate -m "$data/tiny-mm" --ids 1 --bogus
 expect_error "$q" generate -m "$data/tiny-mm" --ids 1,2,3 --ctx 2
 expect_error "$q" generate -m "$data/tiny-mm" --ids
 expect_error "$q" logits -m "$data/tiny-mm" --ids 1,2 --pos 7
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1,2 --kv q4
+expect_error "$q" generate -m "$data/tiny-flat" --ids 1,2 --spec-k 3
+expect_error "$q" generate -m "$data/tiny-mm" --ids 1,2 --spec-k 99
 expect_error "$q" inspect /nonexistent
 expect_error "$q" inspect
 expect_ok "$q" --help

@@ -319,19 +319,37 @@ static void test_rope(int T, int H, int Dh, int R, double theta, int pos0, uint6
     free(x), gpu->free(xd);
 }
 
-static void test_attention(int T, int pos0, int Hq, int Hkv, int Dh, uint64_t seed) {
-    size_t nq = (size_t)T * Hq * Dh, nc = (size_t)(pos0 + T) * Hkv * Dh;
+/* The cache is filled through kv_store on each backend (the GPU's rounding to bf16 / e4m3 must match the
+ * CPU's exactly, checked on the stored bytes), then attention reads it. */
+static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, uint64_t seed) {
+    const int C = pos0 + T;
+    size_t nq = (size_t)T * Hq * Dh, nc = (size_t)C * Hkv * Dh, rows = (size_t)C * Hkv;
+    const size_t es = fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1;
     float *q = host_rand(nq, seed, -1, 1), *k = host_rand(nc, seed + 1, -1, 1), *v = host_rand(nc, seed + 2, -1, 1);
     for (size_t i = 0; i < nq; i++) q[i] *= 4; /* sharper softmax than uniform noise gives */
     float *ref = malloc(sizeof(float) * nq);
+    uint8_t *hk = malloc(nc * es), *hv = malloc(nc * es);
+    float *hks = malloc(sizeof(float) * rows), *hvs = malloc(sizeof(float) * rows);
+    qrt_kv hkv = {fmt, hk, hv, fmt == QRT_KV_FP8 ? hks : NULL, fmt == QRT_KV_FP8 ? hvs : NULL};
+    qrt_kv dkv = {fmt, gpu->alloc(nc * es), gpu->alloc(nc * es), fmt == QRT_KV_FP8 ? gpu->alloc(4 * rows) : NULL,
+                  fmt == QRT_KV_FP8 ? gpu->alloc(4 * rows) : NULL};
     float *qd = dev_in(q, nq), *kd = dev_in(k, nc), *vd = dev_in(v, nc), *od = dev_out(nq);
-    cpu->attention(q, k, v, T, pos0, Hq, Hkv, Dh, ref);
-    gpu->attention(qd, kd, vd, T, pos0, Hq, Hkv, Dh, od);
-    char what[128];
-    snprintf(what, sizeof what, "attention T=%d pos0=%d Hq=%d Hkv=%d Dh=%d", T, pos0, Hq, Hkv, Dh);
+    cpu->kv_store(&hkv, k, v, C, 0, Hkv, Dh);
+    gpu->kv_store(&dkv, kd, vd, C, 0, Hkv, Dh);
+    uint8_t *back = malloc(nc * es);
+    char what[160];
+    gpu->download(back, dkv.k, nc * es);
+    checks++;
+    snprintf(what, sizeof what, "kv_store fmt=%d C=%d Hkv=%d Dh=%d: stored keys", fmt, C, Hkv, Dh);
+    if (memcmp(back, hk, nc * es)) failures++, printf("FAIL %-58s differ from the CPU's bytes\n", what);
+    else printf("ok   %-58s byte-identical\n", what);
+    cpu->attention(q, &hkv, T, pos0, Hq, Hkv, Dh, ref);
+    gpu->attention(qd, &dkv, T, pos0, Hq, Hkv, Dh, od);
+    snprintf(what, sizeof what, "attention fmt=%d T=%d pos0=%d Hq=%d Hkv=%d Dh=%d", fmt, T, pos0, Hq, Hkv, Dh);
     check(what, od, ref, nq, 1e-5);
-    free(q), free(k), free(v), free(ref);
-    gpu->free(qd), gpu->free(kd), gpu->free(vd), gpu->free(od);
+    free(q), free(k), free(v), free(ref), free(hk), free(hv), free(hks), free(hvs), free(back);
+    gpu->free(qd), gpu->free(kd), gpu->free(vd), gpu->free(od), gpu->free(dkv.k), gpu->free(dkv.v);
+    if (dkv.ks) gpu->free(dkv.ks), gpu->free(dkv.vs);
 }
 
 static void test_elementwise(size_t n, uint64_t seed) {
@@ -464,13 +482,15 @@ int main(int argc, char **argv) {
     test_rope(5, 4, 32, 8, 1e7, 0, 103);
     test_rope(9, 2, 32, 16, 1e4, 17, 104);
     /* attention: decode and prefill, GQA 6:1 at Dh 256; fixture shapes */
-    test_attention(1, 300, 24, 4, 256, 111);
-    test_attention(1, 0, 24, 4, 256, 112);
-    test_attention(33, 0, 24, 4, 256, 113);
-    test_attention(7, 129, 24, 4, 256, 114);
-    test_attention(5, 3, 4, 2, 32, 115);
-    test_attention(130, 0, 4, 1, 64, 116);
-    test_attention(2, 40, 2, 2, 48, 117);
+    for (int fmt = QRT_KV_F32; fmt <= QRT_KV_FP8; fmt++) {
+        test_attention(fmt, 1, 300, 24, 4, 256, 111);
+        test_attention(fmt, 1, 0, 24, 4, 256, 112);
+        test_attention(fmt, 33, 0, 24, 4, 256, 113);
+        test_attention(fmt, 7, 129, 24, 4, 256, 114);
+        test_attention(fmt, 5, 3, 4, 2, 32, 115);
+        test_attention(fmt, 130, 0, 4, 1, 64, 116);
+        test_attention(fmt, 2, 40, 2, 2, 48, 117);
+    }
     /* elementwise and embedding */
     test_elementwise((size_t)7 * 17408, 121);
     test_elementwise(1001, 122);

@@ -5,7 +5,7 @@
  *      still equals plain greedy output;
  *   3. rollback: after one cycle that accepts j of K = 6 drafts (j = 0..6), the session state (position,
  *      GDN recurrent and conv state, KV cache) equals bit for bit a session that decoded only the
- *      accepted tokens one at a time;
+ *      accepted tokens one at a time — with the f32, bf16 and fp8 KV caches;
  *   4. sampling: the distribution of the 2nd and 3rd sampled tokens with speculation matches plain
  *      sampling (two-sample chi-square over 2000 seeded runs each; threshold below);
  *   5. the cost of one verify (K+1 tokens, one batched forward) against one decode step. */
@@ -92,15 +92,18 @@ static void compare_state(env *e, const qrt_session *a, const qrt_session *b, co
     const qrt_config *c = &e->m->cfg;
     CHECK(a->pos == b->pos, "%s: position %d vs %d", what, a->pos, b->pos);
     size_t S = (size_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * e->m->conv_dim;
-    size_t kv = (size_t)a->pos * c->n_kv_heads * c->head_dim;
+    const int fmt = a->m->kv_format;
+    size_t rows = (size_t)a->pos * c->n_kv_heads, kv = rows * c->head_dim * (fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1);
     for (int i = 0; i < c->n_layers; i++) {
         const qrt_layer_state *x = &a->ls[i], *y = &b->ls[i];
         if (c->layer_kind[i] == QRT_LAYER_LINEAR) {
             CHECK(!memcmp(x->S, y->S, S * sizeof(float)), "%s: layer %d GDN state differs", what, i);
             CHECK(!memcmp(x->conv, y->conv, conv * sizeof(float)), "%s: layer %d conv state differs", what, i);
         } else {
-            CHECK(!memcmp(x->k, y->k, kv * sizeof(float)) && !memcmp(x->v, y->v, kv * sizeof(float)),
-                  "%s: layer %d KV cache differs", what, i);
+            const qrt_kv *p = &x->kv, *q = &y->kv;
+            int same = !memcmp(p->k, q->k, kv) && !memcmp(p->v, q->v, kv);
+            if (fmt == QRT_KV_FP8) same = same && !memcmp(p->ks, q->ks, rows * 4) && !memcmp(p->vs, q->vs, rows * 4);
+            CHECK(same, "%s: layer %d KV cache differs", what, i);
         }
     }
 }
@@ -250,6 +253,24 @@ int main(int argc, char **argv) {
     e.n_prompt[2] = 20;
     test_parity(&e);
     for (int p = 0; p < 3; p++) test_rollback_state(&e, p);
+    /* the reduced-precision KV caches: rollback stays bit-exact and speculative output equals plain output */
+    for (int fmt = QRT_KV_BF16; fmt <= QRT_KV_FP8; fmt++) {
+        qrt_load_opts kv_opts = test_cpu;
+        kv_opts.kv_format = fmt;
+        env k = e;
+        CHECK_OK(qrt_model_load(dir, &kv_opts, &k.m));
+        if (!k.m) continue;
+        for (int p = 0; p < 3; p++) test_rollback_state(&k, p);
+        int32_t *truth = plain_greedy(&k, k.prompts[2], k.n_prompt[2], N_NEW);
+        for (int K = 1; K <= 8; K += 3) {
+            int32_t out[N_NEW];
+            qrt_gen_stats gs;
+            spec_run(&k, k.prompts[2], k.n_prompt[2], K, NULL, out, &gs);
+            CHECK(!memcmp(out, truth, sizeof out), "KV format %d K=%d: speculative != plain", fmt, K);
+        }
+        free(truth);
+        qrt_model_free(k.m);
+    }
     test_sampling(&e, (qrt_sampling){.temperature = 1.0f, .top_k = 20}, "temperature 1, top-k 20");
     test_sampling(&e, (qrt_sampling){.temperature = 1.5f, .top_p = 0.9f}, "temperature 1.5, top-p 0.9");
     measure_verify(&e);

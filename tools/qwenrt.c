@@ -40,7 +40,7 @@ static const char *usage_logits =
 static const char *usage_generate =
     "usage: qwenrt generate -m DIR [--mtp DIR] (--ids 1,2,3 | -p TEXT [--chat] [--think|--no-think]) [-n 32]\n"
     "                       [--spec-k K] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]\n"
-    "                       [--ctx N] [--threads N] [--no-eos] [--device auto|cpu|cuda]\n"
+    "                       [--ctx N] [--threads N] [--no-eos] [--device auto|cpu|cuda] [--kv f32|bf16|fp8]\n"
     "\n"
     "Prefill the prompt, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
     "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
@@ -49,6 +49,7 @@ static const char *usage_generate =
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
     "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
     "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
+    "  --kv FORMAT      KV cache format: f32 (default, exact), bf16, or fp8 (e4m3, one scale per token and head)\n"
     "  --json     {\"tokens\": [ids], \"n_prompt\", \"n_new\", \"prefill_ms\", \"decode_ms\", \"decode_tok_s\",\n"
     "              \"spec\": {\"k\", \"attempts\", \"accepts\", \"al\", \"tokens_per_cycle\", \"full_accept_rate\",\n"
     "                       \"accept_at\": [rate per draft position], \"chain_ms\", \"verify_ms\"}}\n"
@@ -113,7 +114,8 @@ typedef struct {
     const char *ids, *pos, *prompt;
     int n, json, threads, ctx, no_eos, help, spec_k, chat, no_think;
     qrt_sampling sampling;
-    int device; /* QRT_DEVICE_* */
+    int device;    /* QRT_DEVICE_* */
+    int kv_format; /* QRT_KV_* */
 } args;
 
 static int parse_float(const char *cmd, const char *flag, const char *s, float lo, float hi, float *out) {
@@ -164,6 +166,15 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
         } else if (!strcmp(f, "--ctx")) {
             if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
         } else if (!strcmp(f, "--mtp")) a->mtp = v;
+        else if (!strcmp(f, "--kv")) {
+            if (!strcmp(v, "f32")) a->kv_format = QRT_KV_F32;
+            else if (!strcmp(v, "bf16")) a->kv_format = QRT_KV_BF16;
+            else if (!strcmp(v, "fp8")) a->kv_format = QRT_KV_FP8;
+            else {
+                fprintf(stderr, "qwenrt %s: --kv expects f32, bf16 or fp8, got '%s'\n", cmd, v);
+                return 0;
+            }
+        }
         else if (!strcmp(f, "--spec-k")) {
             if (!parse_int(cmd, f, v, 0, QRT_SPEC_MAX_K, &a->spec_k)) return 0;
         } else if (!strcmp(f, "--temperature")) {
@@ -190,7 +201,8 @@ static qrt_model *load_model(const char *cmd, const args *a) {
         fprintf(stderr, "qwenrt %s: no model given; pass -m DIR (a Hugging Face checkpoint folder)\n", cmd);
         return NULL;
     }
-    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .mtp_dir = a->mtp, .device = a->device};
+    qrt_load_opts opts = {.n_threads = a->threads, .show_progress = 1, .mtp_dir = a->mtp, .device = a->device,
+                          .kv_format = a->kv_format};
     qrt_model *m;
     if (qrt_model_load(a->model, &opts, &m) != QRT_OK) {
         fprintf(stderr, "qwenrt %s: %s\n", cmd, qrt_last_error());

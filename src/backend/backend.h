@@ -6,6 +6,14 @@
 #define QRT_BACKEND_H
 #include "model/weights.h"
 
+/* One attention layer's KV cache in backend memory. k and v hold C·Hkv·Dh elements of fmt (f32, bf16 or
+ * e4m3); for QRT_KV_FP8, ks and vs hold one f32 scale per (position, kv head): x ≈ e4m3 · scale. */
+typedef struct {
+    int fmt;         /* QRT_KV_* */
+    void *k, *v;     /* [C][Hkv][Dh] */
+    float *ks, *vs;  /* [C][Hkv], FP8 only */
+} qrt_kv;
+
 typedef struct qrt_backend {
     const char *name;
     void *(*alloc)(size_t bytes); /* zeroed; NULL + qrt_fail on failure */
@@ -38,10 +46,12 @@ typedef struct qrt_backend {
                 int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
     /* Rotate-half RoPE on the first R dims of each head, token t at position pos0 + t. */
     void (*rope)(float *x /* [T][H][Dh] */, int T, int H, int Dh, int R, double theta, int pos0);
+    /* Write T tokens' keys and values (f32, [T][Hkv][Dh]) into the cache at positions pos0.. in its format
+     * (bf16 and e4m3 round to nearest even; FP8 scale = amax over Dh / 448, 1 for an all-zero row). */
+    void (*kv_store)(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh);
     /* Causal GQA attention of T queries at positions pos0.. over a cache holding pos0 + T entries.
-     * q: [T][Hq][Dh]; cache k, v: [C][Hkv][Dh]; out [T][Hq][Dh]. */
-    void (*attention)(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
-                      float *out);
+     * q: [T][Hq][Dh]; out [T][Hq][Dh]. */
+    void (*attention)(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
     /* Split rows of (a + b) floats into rows of a and rows of b (q_proj's per-head [query | gate]). */
     void (*split_rows)(const float *x /* [rows][a+b] */, int rows, int a, int b, float *ya /* [rows][a] */,
                        float *yb /* [rows][b] */);

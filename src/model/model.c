@@ -199,6 +199,12 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         return st;
     }
     if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
+    m->kv_format = opts ? opts->kv_format : QRT_KV_F32;
+    if (m->kv_format < QRT_KV_F32 || m->kv_format > QRT_KV_FP8) {
+        qrt_checkpoint_close(&m->ck);
+        free(m);
+        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected 0 (f32), 1 (bf16) or 2 (fp8)", opts->kv_format);
+    }
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
     size_t floats = (size_t)c->hidden + mtp_vector_floats(m);
     for (int i = 0; i < c->n_layers; i++) floats += layer_vector_floats(m, c->layer_kind[i]);
@@ -276,6 +282,26 @@ static void carve_assign(const carve *cv, int n, float *base) {
     }
 }
 
+/* A KV cache's pieces: k and v in the model's KV format (whole floats of storage), FP8's scales. The carve
+ * slots are floats; kv_assign points the typed fields at them afterwards. */
+typedef struct {
+    float *k, *v, *ks, *vs;
+} kv_slots;
+
+static size_t kv_elem_bytes(int fmt) { return fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1; }
+
+static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
+    const qrt_config *c = &m->cfg;
+    const size_t elems = C * c->n_kv_heads * c->head_dim, floats = QRT_CEIL_DIV(elems * kv_elem_bytes(m->kv_format), 4);
+    const size_t scales = m->kv_format == QRT_KV_FP8 ? C * c->n_kv_heads : 0;
+    kv->fmt = m->kv_format;
+    cv[0] = (carve){(float **)&kv->k, floats};
+    cv[1] = (carve){(float **)&kv->v, floats};
+    cv[2] = (carve){&kv->ks, scales};
+    cv[3] = (carve){&kv->vs, scales};
+    return 4;
+}
+
 /* The pieces of one session allocation: every layer's state, the MTP's KV cache, the scratch. */
 static int session_pieces(qrt_session *s, carve *cv) {
     const qrt_model *m = s->m;
@@ -289,8 +315,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
     for (int i = 0; i < c->n_layers; i++) {
         qrt_layer_state *l = &s->ls[i];
         if (c->layer_kind[i] == QRT_LAYER_FULL) {
-            cv[n++] = (carve){&l->k, C * kvrow};
-            cv[n++] = (carve){&l->v, C * kvrow};
+            n += kv_pieces(m, &l->kv, C, cv + n);
             continue;
         }
         cv[n++] = (carve){&l->S, S};
@@ -302,10 +327,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
         cv[n++] = (carve){&l->rec_a, R * Hv};
         cv[n++] = (carve){&l->rec_b, R * Hv};
     }
-    if (m->mtp.present) {
-        cv[n++] = (carve){&s->mtp.k, C * kvrow};
-        cv[n++] = (carve){&s->mtp.v, C * kvrow};
-    }
+    if (m->mtp.present) n += kv_pieces(m, &s->mtp.kv, C, cv + n);
     qrt_scratch *sc = &s->sc;
     const carve scratch[] = {
         {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
@@ -328,14 +350,14 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     s->m = m;
     s->max_ctx = max_ctx;
     s->ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s->ls);
-    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 32, sizeof *cv);
+    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
     if (!s->ls || !cv) {
         free(cv);
         qrt_session_free(s);
         return QRT_ERR_MEMORY;
     }
     int n = session_pieces(s, cv);
-    QRT_ASSERT(n <= 8 * m->cfg.n_layers + 32);
+    QRT_ASSERT(n <= 8 * m->cfg.n_layers + 40);
     size_t total = carve_total(cv, n);
     s->arena = m->be->alloc(total * sizeof(float));
     if (!s->arena) {
@@ -405,24 +427,23 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
-/* Gated full attention (§2.5) at positions pos..pos+T-1, appending T entries to the KV cache kc, vc. */
-static void attention_block(qrt_session *s, const qrt_layer *l, float *kc, float *vc, int pos, int T) {
+/* Gated full attention (§2.5) at positions pos..pos+T-1, appending T entries to the KV cache. */
+static void attention_block(qrt_session *s, const qrt_layer *l, const qrt_kv *kv, int pos, int T) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
-    const size_t kvrow = (size_t)Hkv * Dh;
     be->matmul(&l->q, sc->x, T, sc->qg);
     be->split_rows(sc->qg, T * Hq, Dh, Dh, sc->aq, sc->agate); /* q_proj rows are per head [query | gate] */
-    float *kdst = kc + (size_t)pos * kvrow, *vdst = vc + (size_t)pos * kvrow;
-    be->matmul(&l->k, sc->x, T, kdst);
-    be->matmul(&l->v, sc->x, T, vdst);
+    be->matmul(&l->k, sc->x, T, sc->ak);
+    be->matmul(&l->v, sc->x, T, sc->av);
     be->rmsnorm(sc->aq, l->q_norm, T * Hq, Dh, c->rms_eps, sc->aq);
-    be->rmsnorm(kdst, l->k_norm, T * Hkv, Dh, c->rms_eps, kdst);
+    be->rmsnorm(sc->ak, l->k_norm, T * Hkv, Dh, c->rms_eps, sc->ak);
     be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->rope(kdst, T, Hkv, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->attention(sc->aq, kc, vc, T, pos, Hq, Hkv, Dh, sc->attn);
+    be->rope(sc->ak, T, Hkv, Dh, c->rotary_dim, c->rope_theta, pos);
+    be->kv_store(kv, sc->ak, sc->av, T, pos, Hkv, Dh);
+    be->attention(sc->aq, kv, T, pos, Hq, Hkv, Dh, sc->attn);
     be->sigmoid_mul(sc->attn, sc->agate, (size_t)T * Hq * Dh, sc->attn);
     be->matmul(&l->o, sc->attn, T, sc->y);
 }
@@ -446,7 +467,7 @@ static void decoder_layer(qrt_session *s, const qrt_layer *l, qrt_layer_kind kin
     const size_t D = (size_t)c->hidden;
     be->rmsnorm(sc->h, l->in_norm, T, (int)D, c->rms_eps, sc->x);
     if (kind == QRT_LAYER_LINEAR) gdn_block(s, l, ls, T);
-    else attention_block(s, l, ls->k, ls->v, pos, T);
+    else attention_block(s, l, &ls->kv, pos, T);
     be->add(sc->h, sc->y, (size_t)T * D);
     be->rmsnorm(sc->h, l->post_norm, T, (int)D, c->rms_eps, sc->x);
     mlp_block(s, l, T);
@@ -602,7 +623,8 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b) {
             b->state += 2 * (uint64_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv * sizeof(float) +
                         2 * (uint64_t)(c->conv_kernel - 1) * m->conv_dim * sizeof(float);
         else
-            b->kv_per_ctx += 2 * (uint64_t)c->n_kv_heads * c->head_dim * sizeof(float);
+            b->kv_per_ctx += 2 * (uint64_t)c->n_kv_heads * (c->head_dim * kv_elem_bytes(m->kv_format) +
+                                                            (m->kv_format == QRT_KV_FP8 ? sizeof(float) : 0));
     }
     if (m->mtp.present)
         b->mtp_step = qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer) +

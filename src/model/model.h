@@ -53,6 +53,7 @@ struct qrt_model {
     qrt_mtp mtp;
     float *vectors;      /* one backend allocation holding every f32 vector above */
     int conv_dim;        /* 2·Hk·Dk + Hv·Dv */
+    int kv_format;       /* QRT_KV_* of its sessions */
 };
 
 /* Scratch for one forward piece of up to QRT_MAX_T tokens; one allocation, carved at session creation. */
@@ -83,7 +84,7 @@ typedef struct {
 
 /* One decoder layer's state in a session. */
 typedef struct {
-    float *k, *v;          /* FULL: KV cache [C][Hkv][Dh] */
+    qrt_kv kv;             /* FULL: KV cache */
     float *S;              /* LINEAR: recurrent state [Hv][Dk][Dv] */
     float *conv;           /* LINEAR: last Ck-1 raw conv inputs [Ck-1][conv_dim] */
     /* LINEAR, sessions of MTP models only: the state before the last verify and that verify's per-token
@@ -100,7 +101,7 @@ struct qrt_session {
     int32_t max_ctx;        /* C */
     int32_t pos;            /* tokens consumed */
     qrt_layer_state *ls;    /* [L] */
-    qrt_layer_state mtp;    /* the MTP layer's KV cache (k, v), when the model has one */
+    qrt_layer_state mtp;    /* the MTP layer's KV cache, when the model has one */
     int recording;          /* the current forward records GDN inputs for rollback */
     int rec_T, rec_pos;     /* tokens and start position of the last recorded forward */
     qrt_scratch sc;
@@ -124,7 +125,7 @@ typedef struct {
     uint64_t weights;    /* matmul weights read (embedding: one row) */
     uint64_t vectors;    /* norms, conv taps, GDN scalars (f32 copies) */
     uint64_t state;      /* GDN recurrent + conv state, read and written */
-    uint64_t kv_per_ctx; /* KV cache read per token of context (f32 cache on the CPU) */
+    uint64_t kv_per_ctx; /* KV cache read per token of context, in the sessions' KV format */
     uint64_t mtp_step;   /* weights one MTP draft step reads (its layer, fc, lm_head); 0 without MTP */
 } qrt_token_bytes;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/quant_encode.h"
 #include "backend/cpu/cpu_quant.h"
 
 void qrt_cpu_set_threads(int n) {
@@ -284,32 +285,87 @@ static void cpu_rope(float *x, int T, int H, int Dh, int R, double theta, int po
     }
 }
 
-static void cpu_attention(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
-                          float *out) {
+/* ---- KV cache ------------------------------------------------------------------------------------ */
+
+static void kv_store_row(int fmt, const float *x, int Dh, void *dst, float *scale) {
+    if (fmt == QRT_KV_F32) {
+        memcpy(dst, x, sizeof(float) * (size_t)Dh);
+    } else if (fmt == QRT_KV_BF16) {
+        uint16_t *d = dst;
+        for (int i = 0; i < Dh; i++) d[i] = qrt_f32_to_bf16(x[i]);
+    } else {
+        float amax = 0;
+        for (int i = 0; i < Dh; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float s = amax > 0 ? amax / 448.0f : 1.0f;
+        uint8_t *d = dst;
+        for (int i = 0; i < Dh; i++) d[i] = qrt_e4m3_encode(x[i] / s);
+        *scale = s;
+    }
+}
+
+static void kv_load_row(int fmt, const void *src, float scale, int Dh, float *x) {
+    if (fmt == QRT_KV_F32) {
+        memcpy(x, src, sizeof(float) * (size_t)Dh);
+    } else if (fmt == QRT_KV_BF16) {
+        const uint16_t *d = src;
+        for (int i = 0; i < Dh; i++) x[i] = qrt_bf16_to_f32(d[i]);
+    } else {
+        const uint8_t *d = src;
+        for (int i = 0; i < Dh; i++) x[i] = qrt_e4m3_lut[d[i]] * scale;
+    }
+}
+
+static size_t kv_elem_size(int fmt) { return fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1; }
+
+static void cpu_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
+    const size_t es = kv_elem_size(kv->fmt);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hkv; h++) {
+            size_t row = (size_t)(pos0 + t) * Hkv + h;
+            const float *kr = k + ((size_t)t * Hkv + h) * Dh, *vr = v + ((size_t)t * Hkv + h) * Dh;
+            kv_store_row(kv->fmt, kr, Dh, (uint8_t *)kv->k + row * Dh * es, kv->ks ? &kv->ks[row] : NULL);
+            kv_store_row(kv->fmt, vr, Dh, (uint8_t *)kv->v + row * Dh * es, kv->vs ? &kv->vs[row] : NULL);
+        }
+}
+
+/* Cache row j of kv head g (keys or values) widened to f32. */
+static void kv_row(const qrt_kv *kv, int values, int j, int g, int Hkv, int Dh, float *x) {
+    const size_t row = (size_t)j * Hkv + g, es = kv_elem_size(kv->fmt);
+    const void *src = (const uint8_t *)(values ? kv->v : kv->k) + row * Dh * es;
+    const float *scales = values ? kv->vs : kv->ks;
+    kv_load_row(kv->fmt, src, scales ? scales[row] : 1.0f, Dh, x);
+}
+
+/* ---- attention and elementwise ------------------------------------------------------------------- */
+
+static void cpu_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     const float scale = 1.0f / sqrtf((float)Dh);
     const int group = Hq / Hkv;
+    QRT_ASSERT(Dh <= GDN_MAX_D);
 #pragma omp parallel for collapse(2) schedule(dynamic) if ((int64_t)T * Hq * (pos0 + T) * Dh >= PARALLEL_MIN_WORK)
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
             const float *qv = q + ((size_t)t * Hq + h) * Dh;
             const int g = h / group, n = pos0 + t + 1; /* q-head h reads kv-head h // group; causal */
+            float kr[GDN_MAX_D], vr[GDN_MAX_D];
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
-                const float *kv = kc + ((size_t)j * Hkv + g) * Dh;
+                kv_row(kv, 0, j, g, Hkv, Dh, kr);
                 float s = 0;
-                for (int d = 0; d < Dh; d++) s += qv[d] * kv[d];
+                for (int d = 0; d < Dh; d++) s += qv[d] * kr[d];
                 mx = fmaxf(mx, s * scale);
             }
             float *o = out + ((size_t)t * Hq + h) * Dh;
             for (int d = 0; d < Dh; d++) o[d] = 0;
             float sum = 0;
             for (int j = 0; j < n; j++) {
-                const float *kv = kc + ((size_t)j * Hkv + g) * Dh, *vv = vc + ((size_t)j * Hkv + g) * Dh;
+                kv_row(kv, 0, j, g, Hkv, Dh, kr);
+                kv_row(kv, 1, j, g, Hkv, Dh, vr);
                 float s = 0;
-                for (int d = 0; d < Dh; d++) s += qv[d] * kv[d];
+                for (int d = 0; d < Dh; d++) s += qv[d] * kr[d];
                 float p = expf(s * scale - mx);
                 sum += p;
-                for (int d = 0; d < Dh; d++) o[d] += p * vv[d];
+                for (int d = 0; d < Dh; d++) o[d] += p * vr[d];
             }
             for (int d = 0; d < Dh; d++) o[d] /= sum;
         }
@@ -350,6 +406,7 @@ static const qrt_backend cpu_backend = {
     .conv1d_silu = cpu_conv1d_silu,
     .gdn = cpu_gdn,
     .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .split_rows = cpu_split_rows,
     .swiglu = cpu_swiglu,

@@ -1,10 +1,12 @@
-/* RoPE and causal GQA attention over an f32 KV cache.
+/* RoPE, the KV cache store, and causal GQA attention over an f32, bf16 or fp8 (e4m3 + per-row scale) cache.
  * Variants:
  *   0  rope_rotate_half      one thread per (token, head, rotary pair)
- *   1  attention_split4<E>   one block of 4 warps per (token, q-head); warp w takes keys w, w+4, ...
+ *   1  attention_split4<E,F> one block of 4 warps per (token, q-head); warp w takes keys w, w+4, ...
  *                            with an online softmax, the 4 partial results merged in shared memory;
- *                            lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8). Serves decode (T = 1)
- *                            and prefill (T > 1) alike. */
+ *                            lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8); F the KV format. Serves
+ *                            decode (T = 1) and prefill (T > 1) alike.
+ *   2  kv_store_rows<F>      one warp per (token, kv head): amax by warp reduction (fp8), then the row
+ *                            rounded to nearest even as the CPU backend does */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -32,11 +34,62 @@ void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0
     QRT_CUDA_LAUNCHED();
 }
 
-template <int E>
-__global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq][Dh] */,
-                                                        const float *kc /* [C][Hkv][Dh] */,
-                                                        const float *vc /* [C][Hkv][Dh] */, int pos0, int Hq, int Hkv,
-                                                        int Dh, float *out /* [T][Hq][Dh] */) {
+/* Element d of cache row `row` widened to f32. */
+template <int F>
+__device__ __forceinline__ float kv_load(const void *base, const float *scales, size_t row, int Dh, int d) {
+    if (F == QRT_KV_F32) return reinterpret_cast<const float *>(base)[row * Dh + d];
+    if (F == QRT_KV_BF16) return __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(base)[row * Dh + d] << 16);
+    __nv_fp8_e4m3 e;
+    e.__x = reinterpret_cast<const __nv_fp8_storage_t *>(base)[row * Dh + d];
+    return (float)e * scales[row];
+}
+
+template <int F>
+__global__ void kv_store_rows(const float *x /* [T][Hkv][Dh] */, int T, int pos0, int Hkv, int Dh, void *cache,
+                              float *scales /* [C][Hkv] or NULL */) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= T * Hkv) return;
+    const int t = warp / Hkv, h = warp % Hkv;
+    const float *src = x + (size_t)warp * Dh;
+    const size_t row = (size_t)(pos0 + t) * Hkv + h;
+    if (F == QRT_KV_F32) {
+        for (int d = lane; d < Dh; d += 32) reinterpret_cast<float *>(cache)[row * Dh + d] = src[d];
+    } else if (F == QRT_KV_BF16) {
+        for (int d = lane; d < Dh; d += 32)
+            reinterpret_cast<__nv_bfloat16 *>(cache)[row * Dh + d] = __float2bfloat16_rn(src[d]);
+    } else {
+        float amax = 0.0f;
+        for (int d = lane; d < Dh; d += 32) amax = fmaxf(amax, fabsf(src[d]));
+        for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+        for (int d = lane; d < Dh; d += 32)
+            reinterpret_cast<__nv_fp8_storage_t *>(cache)[row * Dh + d] =
+                __nv_cvt_float_to_fp8(src[d] / sc, __NV_SATFINITE, __NV_E4M3);
+        if (lane == 0) scales[row] = sc;
+    }
+}
+
+void qrt_cuda_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
+    const unsigned threads = 128, blocks = qrt_grid((size_t)T * Hkv * 32, threads);
+    switch (kv->fmt) {
+    case QRT_KV_F32:
+        kv_store_rows<QRT_KV_F32><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, NULL);
+        kv_store_rows<QRT_KV_F32><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, NULL);
+        break;
+    case QRT_KV_BF16:
+        kv_store_rows<QRT_KV_BF16><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, NULL);
+        kv_store_rows<QRT_KV_BF16><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, NULL);
+        break;
+    default:
+        kv_store_rows<QRT_KV_FP8><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, kv->ks);
+        kv_store_rows<QRT_KV_FP8><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, kv->vs);
+    }
+    QRT_CUDA_LAUNCHED();
+}
+
+template <int E, int F>
+__global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq][Dh] */, qrt_kv kv, int pos0, int Hq,
+                                                        int Hkv, int Dh, float *out /* [T][Hq][Dh] */) {
     __shared__ float part_m[4], part_l[4];
     __shared__ float part_o[4][E * 32];
     const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -52,12 +105,12 @@ __global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = warp; j < n; j += 4) {
-        const float *kv = kc + ((size_t)j * Hkv + g) * Dh, *vv = vc + ((size_t)j * Hkv + g) * Dh;
+        const size_t row = (size_t)j * Hkv + g;
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
             const int d = lane + 32 * e;
-            if (d < Dh) s = fmaf(qr[e], kv[d], s);
+            if (d < Dh) s = fmaf(qr[e], kv_load<F>(kv.k, kv.ks, row, Dh, d), s);
         }
         s = warp_sum(s) * scale;
         const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
@@ -65,7 +118,7 @@ __global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq
 #pragma unroll
         for (int e = 0; e < E; e++) {
             const int d = lane + 32 * e;
-            o[e] = o[e] * corr + (d < Dh ? p * vv[d] : 0.0f);
+            o[e] = o[e] * corr + (d < Dh ? p * kv_load<F>(kv.v, kv.vs, row, Dh, d) : 0.0f);
         }
         m = m_new;
     }
@@ -93,14 +146,20 @@ __global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq
     }
 }
 
-void qrt_cuda_attention(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
-                        float *out) {
-    QRT_ASSERT(Hkv > 0 && Hq % Hkv == 0 && Dh > 0 && Dh <= 256 && T > 0);
+template <int F>
+static void launch_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     dim3 grid(Hq, T);
     const int E = (Dh + 31) / 32;
-    if (E <= 1) attention_split4<1><<<grid, 128>>>(q, kc, vc, pos0, Hq, Hkv, Dh, out);
-    else if (E <= 2) attention_split4<2><<<grid, 128>>>(q, kc, vc, pos0, Hq, Hkv, Dh, out);
-    else if (E <= 4) attention_split4<4><<<grid, 128>>>(q, kc, vc, pos0, Hq, Hkv, Dh, out);
-    else attention_split4<8><<<grid, 128>>>(q, kc, vc, pos0, Hq, Hkv, Dh, out);
+    if (E <= 1) attention_split4<1, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
+    else if (E <= 2) attention_split4<2, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
+    else if (E <= 4) attention_split4<4, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
+    else attention_split4<8, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
+}
+
+void qrt_cuda_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    QRT_ASSERT(Hkv > 0 && Hq % Hkv == 0 && Dh > 0 && Dh <= 256 && T > 0);
+    if (kv->fmt == QRT_KV_F32) launch_attention<QRT_KV_F32>(q, kv, T, pos0, Hq, Hkv, Dh, out);
+    else if (kv->fmt == QRT_KV_BF16) launch_attention<QRT_KV_BF16>(q, kv, T, pos0, Hq, Hkv, Dh, out);
+    else launch_attention<QRT_KV_FP8>(q, kv, T, pos0, Hq, Hkv, Dh, out);
     QRT_CUDA_LAUNCHED();
 }

@@ -4,7 +4,7 @@
  *   norms.cu        rmsnorm, gated rmsnorm
  *   conv1d.cu       causal depthwise conv + SiLU
  *   gdn.cu          Gated DeltaNet recurrence (the chunked form runs the recurrence too)
- *   attention.cu    rope, causal GQA attention
+ *   attention.cu    rope, KV cache store (f32 / bf16 / fp8), causal GQA attention
  *   elementwise.cu  embed, split_rows, swiglu, sigmoid_mul, add, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
  * (the mmap'd host data is left as it is). */
@@ -166,6 +166,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->conv1d_silu = qrt_cuda_conv1d_silu;
         b->gdn = qrt_cuda_gdn;
         b->rope = qrt_cuda_rope;
+        b->kv_store = qrt_cuda_kv_store;
         b->attention = qrt_cuda_attention;
         b->split_rows = qrt_cuda_split_rows;
         b->swiglu = qrt_cuda_swiglu;

@@ -78,8 +78,8 @@ void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, i
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
                   float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
 void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0);
-void qrt_cuda_attention(const float *q, const float *kc, const float *vc, int T, int pos0, int Hq, int Hkv, int Dh,
-                        float *out);
+void qrt_cuda_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
+void qrt_cuda_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh);
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
 void qrt_cuda_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb);
 void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y);
