@@ -6,7 +6,7 @@
 
 typedef struct {
     int gpu;                 /* a CUDA device was found and described */
-    char name[128];
+    char name[256];
     int cc_major, cc_minor, sms;
     double mem_gb, mem_free_gb, l2_mb;
     int driver_version, runtime_version; /* CUDA's: 13000 = 13.0 */
