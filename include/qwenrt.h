@@ -79,6 +79,12 @@ typedef int (*qrt_token_cb)(int32_t id, void *user);
  * position pos, return the draft to use instead (e.g. the main model's own choice, to force accepts). */
 typedef int32_t (*qrt_draft_hook)(int32_t k, int32_t proposed, int32_t pos, void *user);
 
+/* Benchmark hook, a simulation: given a cycle's K and the number of drafts j the main model accepted, return
+ * the number to accept instead (clamped to 0..K). The accepted tokens are then the drafts as proposed and
+ * the bonus is the main model's choice after them, so the output is no longer the plain model's: use it
+ * only to measure speed at a chosen acceptance on random weights (qwenrt bench --sim-al). */
+typedef int (*qrt_accept_hook)(int K, int j, void *user);
+
 typedef struct {
     float temperature; /* 0 = greedy (argmax) */
     float top_p;       /* nucleus mass kept; 0 or 1 = off */
@@ -98,6 +104,8 @@ typedef struct {
     void *user;
     qrt_draft_hook draft_hook; /* NULL normally */
     void *draft_user;
+    qrt_accept_hook accept_hook; /* NULL normally; benchmarks only (see qrt_accept_hook) */
+    void *accept_user;
 } qrt_gen_opts;
 
 typedef struct {

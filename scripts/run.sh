@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Build qwenrt and run the main job: greedy decoding on a checkpoint folder (default: the committed
-# fixture model), printing the generated ids and the decode speed.
-#   scripts/run.sh [-m DIR] [other qwenrt generate options]
+# Build qwenrt and run the main job: the decode benchmark (qwenrt bench). Without -m it runs the built-in
+# synthetic model (random weights made in memory): the tiny shape on the CPU, the Qwen3.6-27B shape
+# (all-NVFP4, MTP head, simulated acceptance with --sim-al) on a GPU. Extra arguments go to qwenrt bench:
+#   scripts/run.sh [-m DIR [--mtp DIR]] [--ctx 128,2048] [-K 0,6] [--sim-al 3.86] [--parity] [--json FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target qwenrt_cli
 args=("$@")
-if [[ " ${args[*]-} " != *" -m "* ]]; then args=(-m tests/data/tiny-mm "${args[@]}"); fi
-exec ./build/bin/qwenrt generate --ids 1,2,3,4,5,6,7,8 -n 64 --no-eos "${args[@]}"
+# the built-in default: a short run of the synthetic model, with simulated acceptance for the K=6 row
+if [[ $# -eq 0 ]]; then args=(--ctx 128 -K 0,6 -n 32 --reps 3 --sim-al 3.86 --parity); fi
+exec ./build/bin/qwenrt bench "${args[@]}"

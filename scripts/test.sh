@@ -14,7 +14,7 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure
 
 echo "== AddressSanitizer + UBSan build + CPU tests"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQRT_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRT_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -L cpu
 

@@ -22,6 +22,10 @@ static const char *usage_main =
     "  detokenize      text of comma-separated token ids\n"
     "  quantize IN OUT write a quantized copy of a checkpoint (--format nvfp4|fp8)\n"
     "  synth OUT       write a random-weight checkpoint of a preset shape (--preset tiny|qwen3.6-27b)\n"
+    "  bench           decode benchmark (TTFT, tok/s, AL, chain/verify ms, kernel breakdown, parity); a\n"
+    "                  synthetic model when no -m DIR is given\n"
+    "  membw           memory bandwidth: copy/read/write by size and a sustained read (GPU or host)\n"
+    "  doctor          device, clocks, thermal/power state, bandwidth vs spec sheet, and a verdict\n"
 #ifdef QRT_HAVE_CUDA
     "  tilebench       time the NVFP4 matmul variants at the 27B shapes against measured bandwidth\n"
 #endif
@@ -371,6 +375,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return qrt_tool_quantize(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return qrt_tool_synth(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return qrt_tool_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "membw")) return qrt_tool_membw(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor")) return qrt_tool_doctor(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return qrt_cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return qrt_cmd_detokenize(argc - 2, argv + 2);
 #ifdef QRT_HAVE_CUDA

@@ -128,6 +128,10 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     double t2 = qrt_now_ms();
     int32_t bonus;
     int j = sp->ch.greedy ? accept_greedy(sp, d, K, &bonus) : accept_sampled(sp, d, K, &bonus);
+    if (sp->opts->accept_hook) { /* simulated acceptance (benchmarks): accept the drafts as they are */
+        j = QRT_MAX(0, QRT_MIN(K, sp->opts->accept_hook(K, j, sp->opts->accept_user)));
+        bonus = qrt_choose(&sp->ch, sp->verify_logits + (size_t)j * s->m->cfg.vocab);
+    }
     qrt_session_rollback(s, j + 1);
     for (int i = 0; i < j; i++) out[i] = d[i];
     out[j] = bonus;

@@ -16,7 +16,7 @@
  * Loading */
 
 /* The backend opts->device asks for (see qrt_load_opts.device in qwenrt.h). */
-static qrt_status select_backend(const qrt_load_opts *opts, const qrt_backend **out) {
+qrt_status qrt_model_select_backend(const qrt_load_opts *opts, const qrt_backend **out) {
     int device = opts ? opts->device : QRT_DEVICE_AUTO;
     if (device < QRT_DEVICE_AUTO || device > QRT_DEVICE_CUDA)
         return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.device is %d; expected 0 (auto), 1 (cpu) or 2 (cuda)", device);
@@ -123,17 +123,38 @@ static size_t mtp_vector_floats(const qrt_model *m) {
     return 3 * (size_t)m->cfg.hidden + layer_vector_floats(m, QRT_LAYER_FULL);
 }
 
+size_t qrt_model_vector_floats(const qrt_model *m) {
+    size_t floats = (size_t)m->cfg.hidden + mtp_vector_floats(m);
+    for (int i = 0; i < m->cfg.n_layers; i++) floats += layer_vector_floats(m, m->cfg.layer_kind[i]);
+    return floats;
+}
+
 static float *rebase(float *p, const float *host, float *dev) { return p ? dev + (p - host) : NULL; }
 
-static qrt_status prepare_layer(qrt_model *m, qrt_layer *l, const float *host) {
+static qrt_status prepare_layer(qrt_model *m, qrt_layer *l) {
     qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
                          &l->q, &l->k, &l->v, &l->o};
     for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
         if (lin[j]->data) QRT_TRY(m->be->prepare_linear(lin[j]));
+    return QRT_OK;
+}
+
+static void rebase_layer(qrt_layer *l, const float *host, float *dev) {
     float **vec[] = {&l->conv_w, &l->A_log, &l->dt_bias, &l->gdn_norm, &l->q_norm, &l->k_norm, &l->in_norm,
                      &l->post_norm};
-    for (size_t j = 0; j < sizeof vec / sizeof vec[0]; j++) *vec[j] = rebase(*vec[j], host, m->vectors);
-    return QRT_OK;
+    for (size_t j = 0; j < sizeof vec / sizeof vec[0]; j++) *vec[j] = rebase(*vec[j], host, dev);
+}
+
+void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats) {
+    m->be->upload(m->vectors, host, floats * sizeof(float));
+    m->final_norm = rebase(m->final_norm, host, m->vectors);
+    for (int i = 0; i < m->cfg.n_layers; i++) rebase_layer(&m->layers[i], host, m->vectors);
+    if (m->mtp.present) {
+        m->mtp.norm_emb = rebase(m->mtp.norm_emb, host, m->vectors);
+        m->mtp.norm_hidden = rebase(m->mtp.norm_hidden, host, m->vectors);
+        m->mtp.norm_out = rebase(m->mtp.norm_out, host, m->vectors);
+        rebase_layer(&m->mtp.layer, host, m->vectors);
+    }
 }
 
 /* Hand every weight to the backend and move the f32 vectors into backend memory. */
@@ -143,16 +164,12 @@ static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats) {
     QRT_TRY(be->prepare_linear(&m->embed));
     if (tied) m->lm_head = m->embed;
     else QRT_TRY(be->prepare_linear(&m->lm_head));
-    be->upload(m->vectors, host, floats * sizeof(float));
-    m->final_norm = rebase(m->final_norm, host, m->vectors);
-    for (int i = 0; i < m->cfg.n_layers; i++) QRT_TRY(prepare_layer(m, &m->layers[i], host));
+    for (int i = 0; i < m->cfg.n_layers; i++) QRT_TRY(prepare_layer(m, &m->layers[i]));
     if (m->mtp.present) {
         QRT_TRY(be->prepare_linear(&m->mtp.fc));
-        m->mtp.norm_emb = rebase(m->mtp.norm_emb, host, m->vectors);
-        m->mtp.norm_hidden = rebase(m->mtp.norm_hidden, host, m->vectors);
-        m->mtp.norm_out = rebase(m->mtp.norm_out, host, m->vectors);
-        QRT_TRY(prepare_layer(m, &m->mtp.layer, host));
+        QRT_TRY(prepare_layer(m, &m->mtp.layer));
     }
+    qrt_model_upload_vectors(m, host, floats);
     return QRT_OK;
 }
 
@@ -192,7 +209,7 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         return st;
     }
     const qrt_config *c = &m->cfg;
-    st = select_backend(opts, &m->be);
+    st = qrt_model_select_backend(opts, &m->be);
     if (st != QRT_OK) {
         qrt_checkpoint_close(&m->ck);
         free(m);
@@ -206,8 +223,7 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected 0 (f32), 1 (bf16) or 2 (fp8)", opts->kv_format);
     }
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
-    size_t floats = (size_t)c->hidden + mtp_vector_floats(m);
-    for (int i = 0; i < c->n_layers; i++) floats += layer_vector_floats(m, c->layer_kind[i]);
+    size_t floats = qrt_model_vector_floats(m);
     m->layers = qrt_calloc((size_t)c->n_layers, sizeof *m->layers);
     /* Vectors are widened to f32 in host memory, then uploaded into one backend allocation; the bound
      * pointers are rebased onto it at the end. */

@@ -130,5 +130,22 @@ typedef struct {
 } qrt_token_bytes;
 
 void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
+
+/* Building a model without a checkpoint (synthetic.c shares these with qrt_model_load). */
+qrt_status qrt_model_select_backend(const qrt_load_opts *opts, const qrt_backend **out);
+/* Floats of every f32 vector the model keeps (norms, conv taps, GDN scalars), main layers and MTP head. */
+size_t qrt_model_vector_floats(const qrt_model *m);
+/* Upload the f32 vectors from host (where the model's vector pointers point now) into m->vectors (already
+ * allocated with floats) and rebase every vector pointer onto it. */
+void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats);
+
+/* A model of a preset shape with random weights made in memory (no files): for benchmarks, where weights
+ * only need the right shapes, formats and sane magnitudes. preset: "tiny" or "qwen3.6-27b"; format: "bf16",
+ * "nvfp4" (every linear NVFP4: attention, MLP, GDN projections, lm_head, MTP; the embedding stays BF16) or
+ * "fp8" (FP8 block-128 linears; the CPU only). With mtp, an MTP head. opts as for qrt_model_load. */
+qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, const qrt_load_opts *opts,
+                               qrt_model **out);
+/* Fill cfg with a preset's shape; QRT_ERR_ARG naming the presets when preset is unknown. */
+qrt_status qrt_config_preset(const char *preset, qrt_config *cfg);
 int32_t qrt_argmax(const float *x, int32_t n); /* first index of the largest value */
 #endif

@@ -1,0 +1,291 @@
+/* Synthetic models: a preset shape with random weights made in host memory, no checkpoint files.
+ *
+ * Benchmarks need the exact shapes, formats and bytes of a model, not its knowledge, and writing a 27B
+ * checkpoint to disk to read it back costs minutes and tens of GB. Here every weight is drawn in memory by a
+ * counter-based generator (splitmix64 of tensor seed and row), rows in parallel with OpenMP, handed to the
+ * backend's prepare_linear one tensor at a time, and freed right away when the backend took a copy (CUDA),
+ * so host memory peaks at one tensor beyond the model itself.
+ *
+ * Magnitudes: linears have std ≈ 1/sqrt(K) as a trained model roughly does, norms are 1 + N(0, 0.1), GDN
+ * scalars as synth.c draws them, so activations stay finite through all layers and greedy outputs are
+ * deterministic, which is all a benchmark (and its parity check) needs. Acceptance of MTP drafts on random
+ * weights is meaningless: qwenrt bench simulates it (--sim-al). */
+#include <math.h>
+#include <string.h>
+
+#include "io/dtype.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *name;
+    int vocab, hidden, inter, layers, heads, kv_heads, head_dim, gk, gv, dk, dv, conv;
+} shape_preset;
+
+/* The same shapes as `qwenrt synth` (MODEL.md §1 for the 27B). */
+static const shape_preset presets[] = {
+    {"tiny", 2048, 256, 512, 8, 6, 2, 64, 2, 6, 64, 64, 4},
+    {"qwen3.6-27b", 248320, 5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128, 4},
+};
+
+qrt_status qrt_config_preset(const char *name, qrt_config *c) {
+    const shape_preset *p = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (name && !strcmp(name, presets[i].name)) p = &presets[i];
+    if (!p) return qrt_fail(QRT_ERR_ARG, "synthetic model preset '%s' is unknown; use tiny or qwen3.6-27b", name);
+    memset(c, 0, sizeof *c);
+    snprintf(c->model_type, sizeof c->model_type, "qwen3_5_text");
+    c->vocab = p->vocab, c->hidden = p->hidden, c->intermediate = p->inter, c->n_layers = p->layers;
+    for (int i = 0; i < p->layers; i++) { /* every fourth layer is full attention, as in the real models */
+        c->layer_kind[i] = (i + 1) % 4 == 0 ? QRT_LAYER_FULL : QRT_LAYER_LINEAR;
+        c->n_full += c->layer_kind[i] == QRT_LAYER_FULL;
+    }
+    c->n_heads = p->heads, c->n_kv_heads = p->kv_heads, c->head_dim = p->head_dim, c->rotary_dim = p->head_dim / 4;
+    c->rope_theta = 1e7;
+    c->gdn_k_heads = p->gk, c->gdn_v_heads = p->gv, c->gdn_dk = p->dk, c->gdn_dv = p->dv, c->conv_kernel = p->conv;
+    c->rms_eps = 1e-6f;
+    c->mtp_layers = 1;
+    c->max_pos = 262144;
+    c->eos[0] = p->vocab - 1;
+    c->n_eos = 1;
+    return QRT_OK;
+}
+
+/* ---- the generator -------------------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* Word i of the stream (seed): counter-based, so any row can be drawn by any thread. */
+static inline uint64_t word(uint64_t seed, uint64_t i) { return mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull); }
+
+/* Approximately N(0, 1) from one word: the sum of four 16-bit uniforms (Irwin–Hall), rescaled. */
+static inline float normal_of(uint64_t z) {
+    float u = 0;
+    for (int j = 0; j < 4; j++) u += (float)((z >> (16 * j)) & 0xffff) / 65536.0f;
+    return (u - 2.0f) * 1.7320508f;
+}
+
+/* ---- weights ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    qrt_model *m;
+    qrt_wformat fmt; /* of the linears (the embedding is always BF16) */
+    uint64_t next_seed;
+} builder;
+
+/* Keep a host buffer for the model's lifetime (the CPU backend reads weights in place). */
+static qrt_status own(qrt_checkpoint *ck, void *buf) {
+    void **grown = realloc(ck->owned, sizeof *grown * (size_t)(ck->n_owned + 1));
+    if (!grown) return qrt_fail(QRT_ERR_MEMORY, "out of memory");
+    ck->owned = grown;
+    ck->owned[ck->n_owned++] = buf;
+    return QRT_OK;
+}
+
+static void fill_bf16(uint16_t *w, int64_t n, int64_t k, float std, uint64_t seed) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        for (int64_t c = 0; c < k; c++) w[r * k + c] = qrt_f32_to_bf16(normal_of(word(rs, (uint64_t)c)) * std);
+    }
+}
+
+/* E2M1 codes uniform over all 16 nibbles (RMS 2.93), block scales e4m3 in [0.75, 1.375]: std ≈ 2.93 ·
+ * scale2 · 1.05, so scale2 sets the weight's std. */
+static void fill_nvfp4(uint8_t *codes, uint8_t *scales, int64_t n, int64_t k, uint64_t seed) {
+    const int64_t cb = k / 2, sb = k / 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        uint8_t *cr = codes + r * cb;
+        for (int64_t c = 0; c < cb; c += 8) {
+            uint64_t z = word(rs, (uint64_t)(c / 8));
+            int64_t left = cb - c < 8 ? cb - c : 8;
+            memcpy(cr + c, &z, (size_t)left);
+        }
+        uint64_t z = 0;
+        for (int64_t j = 0; j < sb; j++) {
+            if (j % 16 == 0) z = word(~rs, (uint64_t)(j / 16));
+            scales[r * sb + j] = (uint8_t)(0x34 + ((z >> (4 * (j % 16))) & 7)); /* e4m3 0.75 .. 1.375 */
+        }
+    }
+}
+
+/* e4m3 codes with exponents 2^-3..2^0 (RMS ≈ 0.5, never NaN), f32 block scales set the std. */
+static void fill_fp8(uint8_t *codes, float *scales, int64_t n, int64_t k, float std, uint64_t seed) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        for (int64_t c = 0; c < k; c++) {
+            uint64_t z = word(rs, (uint64_t)c);
+            codes[r * k + c] = (uint8_t)((z & 0x80) | (0x20 + ((z >> 8) & 0x1f)));
+        }
+    }
+    const int64_t blocks = QRT_CEIL_DIV(n, 128) * QRT_CEIL_DIV(k, 128);
+    for (int64_t b = 0; b < blocks; b++) scales[b] = std / 0.5f;
+}
+
+/* Draw one [n, k] linear in fmt, hand it to the backend, and free the host copy when the backend made its
+ * own (the data pointer changed). */
+static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
+    const uint64_t seed = mix64(++b->next_seed * 0x2545F4914F6CDD1Dull);
+    const float std = 1.0f / sqrtf((float)k);
+    memset(w, 0, sizeof *w);
+    w->fmt = fmt, w->n = n, w->k = k, w->name = name;
+    void *data = NULL, *scales = NULL;
+    if (fmt == QRT_WF_NVFP4) {
+        data = qrt_alloc_aligned((size_t)(n * k / 2));
+        scales = qrt_alloc_aligned((size_t)(n * k / 16));
+        if (data && scales) fill_nvfp4(data, scales, n, k, seed);
+        w->scale2 = std / (2.93f * 1.05f);
+    } else if (fmt == QRT_WF_FP8B) {
+        data = qrt_alloc_aligned((size_t)(n * k));
+        scales = qrt_alloc_aligned(sizeof(float) * (size_t)(QRT_CEIL_DIV(n, 128) * QRT_CEIL_DIV(k, 128)));
+        if (data && scales) fill_fp8(data, scales, n, k, std, seed);
+    } else {
+        data = qrt_alloc_aligned((size_t)(n * k) * 2);
+        if (data) fill_bf16(data, n, k, std, seed);
+    }
+    if (!data || (fmt != QRT_WF_BF16 && !scales)) {
+        free(data), free(scales);
+        return qrt_fail(QRT_ERR_MEMORY, "synthetic model: cannot allocate %.1f GB of host memory for '%s'; use a "
+                        "smaller preset or a machine with more memory", (double)n * k / 1e9, name);
+    }
+    w->data = data, w->scales = scales;
+    qrt_status st = b->m->be->prepare_linear(w);
+    if (st != QRT_OK || w->data != data) { /* failed, or the backend has its own copy now */
+        free(data), free(scales);
+        return st;
+    }
+    QRT_TRY(own(&b->m->ck, data));
+    return scales ? own(&b->m->ck, scales) : QRT_OK;
+}
+
+/* ---- vectors ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *base;
+    size_t used;
+    uint64_t seed;
+} vec_cursor;
+
+typedef enum { V_NORM, V_PLAIN_NORM, V_CONV, V_A_LOG, V_DT_BIAS } vec_kind;
+
+static float *make_vector(vec_cursor *vc, size_t count, vec_kind kind) {
+    float *v = vc->base + vc->used;
+    vc->used += count;
+    const uint64_t seed = mix64(++vc->seed);
+    for (size_t i = 0; i < count; i++) {
+        uint64_t z = word(seed, i);
+        switch (kind) {
+        case V_NORM: /* stored as 1 + w, as the loader adds 1 to the zero-centred norms */
+        case V_PLAIN_NORM: v[i] = 1.0f + 0.1f * normal_of(z); break;
+        case V_CONV: v[i] = 0.3f * normal_of(z); break;
+        case V_A_LOG: v[i] = logf(1.0f + 15.0f * (float)(z >> 40) / 16777216.0f); break;
+        case V_DT_BIAS: v[i] = normal_of(z); break;
+        }
+    }
+    return v;
+}
+
+static qrt_status make_layer(builder *b, qrt_layer *l, qrt_layer_kind kind, vec_cursor *vc) {
+    const qrt_config *c = &b->m->cfg;
+    const int64_t D = c->hidden, F = c->intermediate;
+    const qrt_wformat f = b->fmt;
+    l->in_norm = make_vector(vc, (size_t)D, V_NORM);
+    l->post_norm = make_vector(vc, (size_t)D, V_NORM);
+    QRT_TRY(make_linear(b, &l->gate, f, F, D, "mlp.gate_proj"));
+    QRT_TRY(make_linear(b, &l->up, f, F, D, "mlp.up_proj"));
+    QRT_TRY(make_linear(b, &l->down, f, D, F, "mlp.down_proj"));
+    if (kind == QRT_LAYER_LINEAR) {
+        const int64_t Hv = c->gdn_v_heads, vdim = Hv * c->gdn_dv;
+        QRT_TRY(make_linear(b, &l->in_qkv, f, b->m->conv_dim, D, "linear_attn.in_proj_qkv"));
+        QRT_TRY(make_linear(b, &l->in_z, f, vdim, D, "linear_attn.in_proj_z"));
+        QRT_TRY(make_linear(b, &l->in_a, f, Hv, D, "linear_attn.in_proj_a"));
+        QRT_TRY(make_linear(b, &l->in_b, f, Hv, D, "linear_attn.in_proj_b"));
+        QRT_TRY(make_linear(b, &l->out, f, D, vdim, "linear_attn.out_proj"));
+        l->conv_w = make_vector(vc, (size_t)b->m->conv_dim * c->conv_kernel, V_CONV);
+        l->A_log = make_vector(vc, (size_t)Hv, V_A_LOG);
+        l->dt_bias = make_vector(vc, (size_t)Hv, V_DT_BIAS);
+        l->gdn_norm = make_vector(vc, (size_t)c->gdn_dv, V_PLAIN_NORM);
+    } else {
+        const int64_t Dh = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
+        QRT_TRY(make_linear(b, &l->q, f, Hq * 2 * Dh, D, "self_attn.q_proj"));
+        QRT_TRY(make_linear(b, &l->k, f, Hkv * Dh, D, "self_attn.k_proj"));
+        QRT_TRY(make_linear(b, &l->v, f, Hkv * Dh, D, "self_attn.v_proj"));
+        QRT_TRY(make_linear(b, &l->o, f, D, Hq * Dh, "self_attn.o_proj"));
+        l->q_norm = make_vector(vc, (size_t)Dh, V_NORM);
+        l->k_norm = make_vector(vc, (size_t)Dh, V_NORM);
+    }
+    return QRT_OK;
+}
+
+static qrt_status parse_format(const char *format, qrt_wformat *out) {
+    if (!format || !strcmp(format, "bf16")) *out = QRT_WF_BF16;
+    else if (!strcmp(format, "nvfp4")) *out = QRT_WF_NVFP4;
+    else if (!strcmp(format, "fp8")) *out = QRT_WF_FP8B;
+    else return qrt_fail(QRT_ERR_ARG, "synthetic model format '%s' is unknown; use bf16, nvfp4 or fp8", format);
+    return QRT_OK;
+}
+
+static qrt_status build(qrt_model *m, qrt_wformat fmt, int mtp, float *host, size_t floats) {
+    const qrt_config *c = &m->cfg;
+    builder b = {m, fmt, 0};
+    vec_cursor vc = {host, 0, 0x51};
+    QRT_TRY(make_linear(&b, &m->embed, QRT_WF_BF16, c->vocab, c->hidden, "embed_tokens"));
+    QRT_TRY(make_linear(&b, &m->lm_head, fmt, c->vocab, c->hidden, "lm_head"));
+    m->final_norm = make_vector(&vc, (size_t)c->hidden, V_NORM);
+    for (int i = 0; i < c->n_layers; i++) QRT_TRY(make_layer(&b, &m->layers[i], c->layer_kind[i], &vc));
+    if (mtp) {
+        qrt_mtp *h = &m->mtp;
+        QRT_TRY(make_linear(&b, &h->fc, fmt, c->hidden, 2 * (int64_t)c->hidden, "mtp.fc"));
+        h->norm_emb = make_vector(&vc, (size_t)c->hidden, V_NORM);
+        h->norm_hidden = make_vector(&vc, (size_t)c->hidden, V_NORM);
+        h->norm_out = make_vector(&vc, (size_t)c->hidden, V_NORM);
+        QRT_TRY(make_layer(&b, &h->layer, QRT_LAYER_FULL, &vc));
+        h->present = 1;
+    }
+    QRT_ASSERT(vc.used <= floats);
+    qrt_model_upload_vectors(m, host, floats);
+    return QRT_OK;
+}
+
+qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, const qrt_load_opts *opts,
+                               qrt_model **out) {
+    *out = NULL;
+    qrt_clear_error();
+    qrt_dtype_init();
+    qrt_wformat fmt = QRT_WF_BF16;
+    QRT_TRY(parse_format(format, &fmt));
+    qrt_model *m = qrt_calloc(1, sizeof *m);
+    if (!m) return QRT_ERR_MEMORY;
+    m->ck.first_mtp_file = -1;
+    qrt_status st = qrt_config_preset(preset, &m->cfg);
+    if (st == QRT_OK) st = qrt_model_select_backend(opts, &m->be);
+    if (st == QRT_OK && fmt == QRT_WF_FP8B && strcmp(m->be->name, "cpu") != 0)
+        st = qrt_fail(QRT_ERR_UNSUPPORTED, "the %s backend has no FP8 matmul yet; use --format nvfp4 or bf16, or "
+                      "--device cpu", m->be->name);
+    if (st != QRT_OK) {
+        free(m);
+        return st;
+    }
+    if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
+    m->kv_format = opts && opts->kv_format >= QRT_KV_F32 && opts->kv_format <= QRT_KV_FP8 ? opts->kv_format : QRT_KV_F32;
+    const qrt_config *c = &m->cfg;
+    m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
+    m->cfg.mtp_layers = mtp ? 1 : 0;
+    size_t floats = qrt_model_vector_floats(m);
+    m->layers = qrt_calloc((size_t)c->n_layers, sizeof *m->layers);
+    float *host = m->layers ? qrt_calloc(floats, sizeof(float)) : NULL;
+    m->vectors = host ? m->be->alloc(floats * sizeof(float)) : NULL;
+    st = m->vectors ? build(m, fmt, mtp, host, floats) : QRT_ERR_MEMORY;
+    free(host);
+    if (st != QRT_OK) {
+        qrt_model_free(m);
+        return st;
+    }
+    *out = m;
+    return QRT_OK;
+}

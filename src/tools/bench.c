@@ -1,0 +1,577 @@
+/* qwenrt bench: the decode benchmark of shared/docs/BENCHMARKS.md in one command.
+ *
+ * For each context length and each K: one warmup generation, --reps timed ones, each rep printed with a hash
+ * of its output tokens (they must agree) and the median in the seed thread's table
+ * (ctx K TTFT_ms dec_ms tok/s AL att acc) plus chain/verify ms per cycle; then one extra generation with
+ * every backend op timed by category (the kernel breakdown of the decode window; kept out of the timed reps
+ * because timing each op costs time), and with --parity the K=1 vs K greedy check. Without -m it runs a
+ * synthetic model made in memory (tiny on the CPU, the Qwen3.6-27B shape on a GPU), and says so on every
+ * line. Random weights cannot measure acceptance: --sim-al A forces the accept count per cycle so that the
+ * average is A (simulation, said on every line). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "model/model.h"
+#include "tokenizer/chat.h"
+#include "tools/membw.h"
+#include "tools/opprof.h"
+#include "tools/tools.h"
+
+static const char *usage =
+    "usage: qwenrt bench [-m DIR [--mtp DIR] | --synthetic tiny|qwen3.6-27b] [--format nvfp4|bf16|fp8]\n"
+    "                    [--ctx 128,2048] [-K 6] [-n 64] [--reps 3] [--parity] [--prompt repeat|chat]\n"
+    "                    [--sim-al A] [--no-breakdown] [--json FILE] [--device auto|cpu|cuda] [--threads N]\n"
+    "\n"
+    "Decode benchmark. Without -m: a synthetic model with random weights made in memory (tiny on the CPU,\n"
+    "the Qwen3.6-27B shape on a GPU; --format nvfp4 = every linear NVFP4, GDN projections and lm_head too,\n"
+    "the default), labelled synthetic on every line.\n"
+    "  --ctx L      prompt lengths (comma-separated)        -K L   draft counts per cycle (0 = no MTP)\n"
+    "  -n N         new tokens per generation (eos ignored) --reps R  timed repetitions after one warmup\n"
+    "  --prompt     repeat: a fixed English text repeated and tokenized to exactly ctx tokens (a fixed\n"
+    "               token-id pattern when the model has no tokenizer.json, e.g. synthetic); chat: three\n"
+    "               chat-templated prompts (code, prose, JSON), ctx = their lengths (needs a tokenizer)\n"
+    "  --sim-al A   simulate acceptance: accept floor((c+1)A) - floor(cA) drafts in cycle c (mean A), the\n"
+    "               drafts as proposed; output then differs from plain decoding (rows say 'simulated AL')\n"
+    "  --parity     per ctx: greedy outputs of K=0, K=1 and the largest K (no simulation) must be identical\n"
+    "  --json FILE  everything below as JSON (docs/bench-schema.md)\n"
+    "metrics: TTFT_ms = prefill up to the first token's logits; dec_ms = first to last new token;\n"
+    "  tok/s = (n - 1) / dec_ms * 1000; att = speculative cycles, acc = accepted drafts, AL = acc / att (the\n"
+    "  bonus token not counted; tokens per cycle = AL + 1); chain_ms = K MTP draft steps (+ the catch-up on\n"
+    "  accepted tokens), verify_ms = K+1 tokens through the main model, both per cycle. Timing: monotonic\n"
+    "  host clock; every phase ends in a blocking logits download, so the GPU's work is inside it.\n"
+    "  Kernel breakdown: one extra generation with each backend op bracketed by CUDA events (host clock on\n"
+    "  the CPU), decode window only: W4A16 GEMM, BF16 GEMV, FP8 GEMM, GDN, attention, other.\n";
+
+/* The seed text of the repeat prompt (any fixed English works; this one is ordinary prose). */
+static const char *seed_text =
+    "The quick brown fox jumps over the lazy dog while the evening train pulls slowly out of the station. "
+    "Along the river, people walk their dogs, talk about the weather, and watch the lights come on in the "
+    "old houses on the hill. ";
+
+static const struct {
+    const char *name, *text;
+} chat_prompts[] = {
+    {"code", "Write a C function that reverses a singly linked list in place and explain how it works."},
+    {"prose", "Describe a quiet morning in a small coastal town in about two hundred words."},
+    {"json", "Return a JSON object describing three fictional books, each with title, author, year and tags."},
+};
+
+#define MAX_LIST 16
+#define MAX_REPS 64
+
+typedef struct {
+    /* options */
+    const char *dir, *mtp_dir, *synthetic, *format, *prompt, *json_path, *device;
+    int ctx[MAX_LIST], n_ctx, ks[MAX_LIST], n_k, n_new, reps, parity, breakdown, threads;
+    double sim_al;
+    /* state */
+    qrt_model *m;
+    const qrt_backend *real_be;
+    qrt_session *s;
+    qrt_tokenizer *tok;
+    int32_t *out;
+    const char *tags; /* appended to every result line: "[synthetic, simulated AL]" */
+    int sim_cycle, profiling_armed;
+} bench;
+
+typedef struct {
+    qrt_gen_stats st;
+    uint64_t hash;
+} rep_result;
+
+/* ---- parsing ------------------------------------------------------------------------------------- */
+
+static int parse_list(const char *flag, const char *s, int lo, int hi, int *out, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < lo || v > hi || (*end && *end != ',') || *n == MAX_LIST) {
+            fprintf(stderr, "qwenrt bench: %s expects up to %d comma-separated integers in [%d, %d], got '%s'\n", flag,
+                    MAX_LIST, lo, hi, s);
+            return 0;
+        }
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
+static int parse(int argc, char **argv, bench *b) {
+    b->n_new = 64, b->reps = 3, b->breakdown = 1, b->prompt = "repeat", b->device = "auto";
+    b->ctx[0] = 128, b->ctx[1] = 2048, b->n_ctx = 2;
+    b->ks[0] = 6, b->n_k = 1;
+    b->sim_al = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--parity")) b->parity = 1;
+        else if (!strcmp(a, "--no-breakdown")) b->breakdown = 0;
+        else if (!v) return fprintf(stderr, "qwenrt bench: unknown or incomplete option '%s' (see --help)\n", a), 0;
+        else {
+            i++;
+            if (!strcmp(a, "-m") || !strcmp(a, "--model")) b->dir = v;
+            else if (!strcmp(a, "--mtp")) b->mtp_dir = v;
+            else if (!strcmp(a, "--synthetic")) b->synthetic = v;
+            else if (!strcmp(a, "--format")) b->format = v;
+            else if (!strcmp(a, "--prompt")) b->prompt = v;
+            else if (!strcmp(a, "--json")) b->json_path = v;
+            else if (!strcmp(a, "--device")) b->device = v;
+            else if (!strcmp(a, "--ctx")) {
+                if (!parse_list(a, v, 1, 1 << 20, b->ctx, &b->n_ctx)) return 0;
+            } else if (!strcmp(a, "-K")) {
+                if (!parse_list(a, v, 0, QRT_SPEC_MAX_K, b->ks, &b->n_k)) return 0;
+            } else if (!strcmp(a, "-n")) {
+                int n;
+                if (!parse_list(a, v, 2, 1 << 16, &b->n_new, &n) || n != 1) return 0;
+            } else if (!strcmp(a, "--reps")) {
+                int n;
+                if (!parse_list(a, v, 1, MAX_REPS, &b->reps, &n) || n != 1) return 0;
+            } else if (!strcmp(a, "--threads")) {
+                int n;
+                if (!parse_list(a, v, 1, 4096, &b->threads, &n) || n != 1) return 0;
+            } else if (!strcmp(a, "--sim-al")) {
+                char *end;
+                b->sim_al = strtod(v, &end);
+                if (*end || !(b->sim_al >= 0 && b->sim_al <= QRT_SPEC_MAX_K))
+                    return fprintf(stderr, "qwenrt bench: --sim-al expects a number in [0, %d], got '%s'\n",
+                                   QRT_SPEC_MAX_K, v), 0;
+            } else return fprintf(stderr, "qwenrt bench: unknown option '%s' (see qwenrt bench --help)\n", a), 0;
+        }
+    }
+    if (b->dir && b->synthetic)
+        return fprintf(stderr, "qwenrt bench: give -m DIR or --synthetic PRESET, not both\n"), 0;
+    if (strcmp(b->prompt, "repeat") && strcmp(b->prompt, "chat"))
+        return fprintf(stderr, "qwenrt bench: --prompt is '%s'; expected repeat or chat\n", b->prompt), 0;
+    return 1;
+}
+
+/* ---- the model and the prompts ------------------------------------------------------------------- */
+
+static int load(bench *b, int gpu, double *build_s) {
+    qrt_load_opts opts = {.n_threads = b->threads, .show_progress = 1, .mtp_dir = b->mtp_dir,
+                          .device = gpu ? QRT_DEVICE_CUDA : QRT_DEVICE_CPU};
+    double t0 = qrt_now_ms();
+    qrt_status st;
+    if (b->dir) st = qrt_model_load(b->dir, &opts, &b->m);
+    else {
+        if (!b->synthetic) b->synthetic = gpu ? "qwen3.6-27b" : "tiny";
+        if (!b->format) b->format = "nvfp4";
+        fprintf(stderr, "building synthetic %s (%s, random weights in memory)...\n", b->synthetic, b->format);
+        st = qrt_model_synthetic(b->synthetic, b->format, 1, &opts, &b->m);
+    }
+    *build_s = (qrt_now_ms() - t0) / 1e3;
+    if (st != QRT_OK) {
+        fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
+        return 0;
+    }
+    b->real_be = b->m->be;
+    if (b->dir) {
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/tokenizer.json", b->dir);
+        if (stat(path, &sb) == 0 && qrt_tokenizer_load(path, &b->tok) != QRT_OK) {
+            fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Exactly ctx ids: the seed text's tokens repeated, or without a tokenizer a fixed id pattern (a 61-token
+ * cycle of ids spread over the vocabulary, so embeddings differ but every run sees the same ids). */
+static int32_t *repeat_prompt(const bench *b, int ctx) {
+    int32_t *ids = qrt_calloc((size_t)ctx, sizeof *ids);
+    if (!ids) return NULL;
+    const int32_t V = qrt_model_vocab(b->m);
+    int32_t *seed_ids = NULL;
+    size_t n_seed = 0;
+    if (b->tok && qrt_tokenize(b->tok, seed_text, strlen(seed_text), &seed_ids, &n_seed) == QRT_OK && n_seed)
+        for (int i = 0; i < ctx; i++) ids[i] = seed_ids[i % n_seed];
+    else
+        for (int i = 0; i < ctx; i++) ids[i] = (int32_t)(((int64_t)(i % 61) * 7919 + 17) % (V > 2 ? V - 1 : 1));
+    free(seed_ids);
+    return ids;
+}
+
+static int32_t *chat_prompt(const bench *b, int which, int *n) {
+    qrt_chat_message msg = {.role = "user", .content = chat_prompts[which].text};
+    qrt_chat_opts co = {.dialect = QRT_CHAT_QWEN36, .add_generation_prompt = 1, .enable_thinking = 0};
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (qrt_chat_render(&msg, 1, &co, &text) != QRT_OK ||
+        qrt_tokenize(b->tok, text, strlen(text), &ids, &n_ids) != QRT_OK) {
+        fprintf(stderr, "qwenrt bench: chat prompt: %s\n", qrt_last_error());
+        free(text);
+        return NULL;
+    }
+    free(text);
+    *n = (int)n_ids;
+    return ids;
+}
+
+/* ---- one generation ------------------------------------------------------------------------------ */
+
+/* Simulated acceptance: cycle c accepts floor((c+1)·A) − floor(c·A) drafts, so any run of cycles averages A
+ * (capped at K) and every run accepts the same counts (identical output hashes across reps). */
+static int sim_accept(int K, int j, void *user) {
+    bench *b = user;
+    int c = b->sim_cycle++;
+    int want = (int)(floor((c + 1) * b->sim_al) - floor(c * b->sim_al));
+    return want < K ? want : K;
+}
+
+/* The first token's callback starts the op timing: the breakdown covers the decode window only. */
+static int arm_profiler(int32_t id, void *user) {
+    bench *b = user;
+    if (b->profiling_armed) {
+        b->profiling_armed = 0;
+        qrt_opprof_start();
+    }
+    return 0;
+}
+
+static uint64_t hash_tokens(const int32_t *ids, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++) h = (h ^ (uint8_t)((uint32_t)ids[i] >> (8 * k))) * 1099511628211ull;
+    return h;
+}
+
+static int generate(bench *b, const int32_t *ids, int n, int K, int simulate, int profile, rep_result *r,
+                    qrt_opprof_result *prof) {
+    qrt_session_reset(b->s);
+    b->sim_cycle = 0;
+    qrt_gen_opts go = {.max_new = b->n_new, .stop_eos = 0, .spec_k = K};
+    if (simulate) go.accept_hook = sim_accept, go.accept_user = b;
+    if (profile) {
+        b->m->be = qrt_opprof_backend(b->real_be);
+        b->profiling_armed = 1;
+        go.on_token = arm_profiler, go.user = b;
+    }
+    qrt_status st = qrt_generate(b->s, ids, n, &go, b->out, &r->st);
+    if (profile) {
+        qrt_opprof_stop(prof);
+        b->m->be = b->real_be;
+    }
+    if (st != QRT_OK) {
+        fprintf(stderr, "qwenrt bench: ctx %d K %d: %s\n", n, K, qrt_last_error());
+        return 0;
+    }
+    r->hash = hash_tokens(b->out, r->st.n_new);
+    return 1;
+}
+
+/* ---- one row: warmup, reps, median, breakdown ---------------------------------------------------- */
+
+static double tok_s(const qrt_gen_stats *g) { return g->n_new > 1 && g->decode_ms > 0 ? (g->n_new - 1) / g->decode_ms * 1e3 : 0; }
+static double ratio(double a, double b) { return b ? a / b : 0; }
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, c = *(const double *)y;
+    return a < c ? -1 : a > c;
+}
+
+/* Median of field f over reps (a copy is sorted). */
+static double median_of(const rep_result *r, int n, double (*f)(const rep_result *)) {
+    double v[MAX_REPS];
+    for (int i = 0; i < n; i++) v[i] = f(&r[i]);
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+static double f_ttft(const rep_result *r) { return r->st.prefill_ms; }
+static double f_dec(const rep_result *r) { return r->st.decode_ms; }
+static double f_tps(const rep_result *r) { return tok_s(&r->st); }
+static double f_chain(const rep_result *r) { return ratio(r->st.chain_ms, (double)r->st.attempts); }
+static double f_verify(const rep_result *r) { return ratio(r->st.verify_ms, (double)r->st.attempts); }
+
+typedef struct {
+    int ctx, K, simulated;
+    const char *prompt_name;
+    rep_result reps[MAX_REPS];
+    int identical;
+    double ttft, dec, tps, chain, verify;
+    int have_prof;
+    qrt_opprof_result prof;
+    double window_ms;
+} row;
+
+static void print_rep(const bench *b, int i, const rep_result *r) {
+    const qrt_gen_stats *g = &r->st;
+    printf("  rep %d: TTFT %.1f ms, decode %.1f ms, %.2f tok/s, AL %.2f (%lld/%lld), chain %.2f + verify %.2f "
+           "ms/cycle, tokens %016llx %s\n", i + 1, g->prefill_ms, g->decode_ms, tok_s(g),
+           ratio((double)g->accepts, (double)g->attempts), (long long)g->accepts, (long long)g->attempts,
+           f_chain(r), f_verify(r), (unsigned long long)r->hash, b->tags);
+}
+
+static void print_breakdown(const bench *b, const row *w) {
+    double total = 0;
+    for (int c = 0; c < QRT_OPCAT_COUNT; c++) total += w->prof.ms[c];
+    printf("  kernel categories, decode window (one extra profiled generation; %s timing per op) %s\n",
+           strcmp(b->real_be->name, "cuda") ? "host clock" : "CUDA event", b->tags);
+    printf("    %-11s %10s %6s %8s %9s\n", "category", "ms", "%", "calls", "GB/s");
+    for (int c = 0; c < QRT_OPCAT_COUNT; c++) {
+        if (!w->prof.calls[c]) continue;
+        char gbs[32] = "";
+        if (w->prof.bytes[c]) snprintf(gbs, sizeof gbs, "%9.1f", w->prof.bytes[c] / (w->prof.ms[c] * 1e-3) / 1e9);
+        printf("    %-11s %10.2f %5.1f%% %8llu %9s %s\n", qrt_opcat_name(c), w->prof.ms[c], 100 * ratio(w->prof.ms[c], total),
+               (unsigned long long)w->prof.calls[c], gbs, b->tags);
+    }
+    printf("    %-11s %10.2f of a %.2f ms decode window (the rest: host work, launch gaps, timing overhead) %s\n",
+           "total", total, w->window_ms, b->tags);
+}
+
+static int run_row(bench *b, const int32_t *ids, int n, row *w) {
+    rep_result warm;
+    const int simulate = w->simulated;
+    printf("ctx %d, K %d%s%s: warmup, then %d reps\n", n, w->K, w->prompt_name ? ", prompt " : "",
+           w->prompt_name ? w->prompt_name : "", b->reps);
+    fflush(stdout);
+    if (!generate(b, ids, n, w->K, simulate, 0, &warm, NULL)) return 0;
+    w->identical = 1;
+    for (int i = 0; i < b->reps; i++) {
+        if (!generate(b, ids, n, w->K, simulate, 0, &w->reps[i], NULL)) return 0;
+        w->identical &= w->reps[i].hash == w->reps[0].hash && w->reps[i].hash == warm.hash;
+        print_rep(b, i, &w->reps[i]);
+        fflush(stdout);
+    }
+    printf("  output hashes of warmup and reps identical: %s %s\n", w->identical ? "yes" : "NO (nondeterminism!)",
+           b->tags);
+    w->ttft = median_of(w->reps, b->reps, f_ttft);
+    w->dec = median_of(w->reps, b->reps, f_dec);
+    w->tps = median_of(w->reps, b->reps, f_tps);
+    w->chain = median_of(w->reps, b->reps, f_chain);
+    w->verify = median_of(w->reps, b->reps, f_verify);
+    if (b->breakdown) {
+        rep_result pr;
+        if (!generate(b, ids, n, w->K, simulate, 1, &pr, &w->prof)) return 0;
+        w->have_prof = 1;
+        w->window_ms = pr.st.decode_ms;
+        print_breakdown(b, w);
+    }
+    return 1;
+}
+
+/* Greedy K=0, K=1 and K=Kmax on the same prompt, no simulation: outputs must be identical. */
+static int run_parity(bench *b, const int32_t *ids, int n, int kmax, json_t *jparity) {
+    int ks[3] = {0, 1, kmax}, nk = kmax > 1 ? 3 : 2;
+    uint64_t h[3];
+    int pass = 1;
+    for (int i = 0; i < nk; i++) {
+        rep_result r;
+        if (!generate(b, ids, n, ks[i], 0, 0, &r, NULL)) return 0;
+        h[i] = r.hash;
+        pass &= h[i] == h[0];
+    }
+    printf("parity ctx %d: K=1 vs K=%d greedy outputs identical (and K=0): %s (%016llx%s%016llx) %s\n", n, ks[nk - 1],
+           pass ? "PASS" : "FAIL", (unsigned long long)h[0], pass ? " = " : " vs ", (unsigned long long)h[nk - 1],
+           b->tags);
+    json_t *hashes = json_array();
+    for (int i = 0; i < nk; i++) {
+        char hx[20];
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h[i]);
+        json_array_append_new(hashes, json_pack("{s:i, s:s}", "k", ks[i], "hash", hx));
+    }
+    json_array_append_new(jparity, json_pack("{s:i, s:b, s:o}", "ctx", n, "pass", pass, "outputs", hashes));
+    return 1;
+}
+
+/* ---- output -------------------------------------------------------------------------------------- */
+
+static void print_table(const bench *b, const row *rows, int n_rows) {
+    printf("\n%6s %3s %9s %9s %8s %6s %5s %5s %9s %9s %8s  %-16s %s\n", "ctx", "K", "TTFT_ms", "dec_ms", "tok/s", "AL",
+           "att", "acc", "chain_ms", "verify_ms", "tok/cyc", "tokens_hash", "mode");
+    for (int i = 0; i < n_rows; i++) {
+        const row *w = &rows[i];
+        const rep_result *med = &w->reps[0]; /* counters are identical across reps (same output) */
+        double al = ratio((double)med->st.accepts, (double)med->st.attempts);
+        char mode[96];
+        snprintf(mode, sizeof mode, "%s%s%s", b->synthetic ? "synthetic" : "checkpoint",
+                 w->simulated ? ", simulated AL" : "", w->K ? "" : ", no MTP");
+        printf("%6d %3d %9.1f %9.1f %8.2f %6.2f %5lld %5lld %9.2f %9.2f %8.2f  %016llx %s%s\n", w->ctx, w->K, w->ttft,
+               w->dec, w->tps, al, (long long)med->st.attempts, (long long)med->st.accepts, w->chain, w->verify,
+               w->K ? al + 1 : 1.0, (unsigned long long)med->hash, mode, w->identical ? "" : " HASH MISMATCH");
+    }
+}
+
+static json_t *row_json(const bench *b, const row *w) {
+    json_t *reps = json_array();
+    char hx[20];
+    for (int i = 0; i < b->reps; i++) {
+        const qrt_gen_stats *g = &w->reps[i].st;
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)w->reps[i].hash);
+        json_array_append_new(reps, json_pack("{s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:s}", "ttft_ms", g->prefill_ms,
+                                              "dec_ms", g->decode_ms, "tok_s", tok_s(g), "attempts",
+                                              (json_int_t)g->attempts, "accepts", (json_int_t)g->accepts, "chain_ms",
+                                              g->chain_ms, "verify_ms", g->verify_ms, "hash", hx));
+    }
+    const qrt_gen_stats *g = &w->reps[0].st;
+    json_t *at = json_array();
+    for (int k = 0; k < g->spec_k; k++) json_array_append_new(at, json_real(ratio((double)g->accepted_at[k], (double)g->attempts)));
+    double al = ratio((double)g->accepts, (double)g->attempts);
+    json_t *j = json_pack("{s:i, s:s, s:i, s:i, s:b, s:b, s:b, s:o}", "ctx", w->ctx, "prompt",
+                          w->prompt_name ? w->prompt_name : b->prompt, "k", w->K, "n_new", g->n_new, "synthetic",
+                          b->synthetic != NULL, "simulated_al", w->simulated, "hashes_identical", w->identical, "reps",
+                          reps);
+    json_object_set_new(j, "median", json_pack("{s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
+                                               "ttft_ms", w->ttft, "dec_ms", w->dec, "tok_s", w->tps, "al", al,
+                                               "attempts", (json_int_t)g->attempts, "accepts", (json_int_t)g->accepts,
+                                               "tokens_per_cycle", w->K ? al + 1 : 1.0, "full_accept_rate",
+                                               ratio((double)g->full_accepts, (double)g->attempts),
+                                               "chain_ms_per_cycle", w->chain, "verify_ms_per_cycle", w->verify,
+                                               "cycle_ms", w->chain + w->verify, "accept_at", at));
+    if (w->have_prof) {
+        json_t *cats = json_array();
+        double total = 0;
+        for (int c = 0; c < QRT_OPCAT_COUNT; c++) total += w->prof.ms[c];
+        for (int c = 0; c < QRT_OPCAT_COUNT; c++)
+            json_array_append_new(cats, json_pack("{s:s, s:f, s:f, s:I, s:I, s:f}", "name", qrt_opcat_name(c), "ms",
+                                                  w->prof.ms[c], "pct", 100 * ratio(w->prof.ms[c], total), "calls",
+                                                  (json_int_t)w->prof.calls[c], "bytes", (json_int_t)w->prof.bytes[c],
+                                                  "gbs", w->prof.bytes[c] ? w->prof.bytes[c] / (w->prof.ms[c] * 1e-3) / 1e9 : 0.0));
+        json_object_set_new(j, "breakdown", json_pack("{s:s, s:f, s:f, s:o}", "timer",
+                                                      strcmp(b->real_be->name, "cuda") ? "host" : "cuda_events",
+                                                      "window_ms", w->window_ms, "kernel_ms", total, "categories", cats));
+    }
+    return j;
+}
+
+static const char *format_label(const qrt_model *m) {
+    const qrt_layer *l = &m->layers[0];
+    static char buf[160];
+    snprintf(buf, sizeof buf, "linears %s (lm_head %s, GDN in_proj_qkv %s), embedding %s",
+             qrt_wformat_name(l->gate.fmt), qrt_wformat_name(m->lm_head.fmt),
+             l->in_qkv.data ? qrt_wformat_name(l->in_qkv.fmt) : "-", qrt_wformat_name(m->embed.fmt));
+    return buf;
+}
+
+/* What every result line of a row says about where its numbers come from. */
+static const char *tags_for(const bench *b, int simulated) {
+    if (b->synthetic) return simulated ? "[synthetic, simulated AL]" : "[synthetic]";
+    return simulated ? "[simulated AL]" : "";
+}
+
+/* ---- the command --------------------------------------------------------------------------------- */
+
+static int run(bench *b) {
+    int gpu = qrt_tool_pick_gpu("bench", b->device);
+    if (gpu < 0) return 2;
+    qrt_devinfo d;
+    qrt_devinfo_get(&d, gpu);
+    double build_s = 0;
+    if (!load(b, gpu, &build_s)) return 1;
+    const int simulated = b->sim_al >= 0;
+    b->tags = tags_for(b, 0);
+    int use_chat = !strcmp(b->prompt, "chat");
+    if (use_chat && !b->tok) {
+        fprintf(stderr, "qwenrt bench: --prompt chat needs a tokenizer (DIR/tokenizer.json); synthetic models have "
+                "none: use --prompt repeat\n");
+        return 2;
+    }
+    int kmax = 0;
+    for (int i = 0; i < b->n_k; i++) kmax = QRT_MAX(kmax, b->ks[i]);
+    if (b->parity) kmax = QRT_MAX(kmax, 1);
+    if (kmax && !b->m->mtp.present) {
+        fprintf(stderr, "qwenrt bench: K > 0 needs an MTP head and this model has none; add it with --mtp DIR or "
+                "use -K 0\n");
+        return 2;
+    }
+    /* the prompts */
+    int n_prompts = use_chat ? 3 : b->n_ctx, max_len = 0;
+    int32_t *prompts[MAX_LIST] = {0};
+    int lens[MAX_LIST];
+    for (int p = 0; p < n_prompts; p++) {
+        lens[p] = use_chat ? 0 : b->ctx[p];
+        prompts[p] = use_chat ? chat_prompt(b, p, &lens[p]) : repeat_prompt(b, lens[p]);
+        if (!prompts[p]) return 1;
+        max_len = QRT_MAX(max_len, lens[p]);
+    }
+    b->out = qrt_calloc((size_t)b->n_new + QRT_SPEC_MAX_K + 2, sizeof *b->out);
+    if (!b->out || qrt_session_new(b->m, max_len + b->n_new + kmax + 2, &b->s) != QRT_OK) {
+        fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
+        return 1;
+    }
+    /* the header */
+    char line[512], date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&now));
+    qrt_devinfo_line(&d, line, sizeof line);
+    qrt_token_bytes tb;
+    qrt_model_bytes(b->m, &tb);
+    printf("# qwenrt bench, %s\n# device: %s\n", date, line);
+    if (b->synthetic)
+        printf("# model: SYNTHETIC %s, random weights made in memory in %.1f s; %s; MTP head; %.2f GB of weights per "
+               "token, %.2f GB per MTP draft step [synthetic]\n", b->synthetic, build_s, format_label(b->m),
+               tb.weights / 1e9, tb.mtp_step / 1e9);
+    else
+        printf("# model: %s%s%s, loaded in %.1f s; %s; %s; %.2f GB of weights per token\n", b->dir,
+               b->mtp_dir ? " + MTP " : "", b->mtp_dir ? b->mtp_dir : "", build_s, format_label(b->m),
+               b->m->mtp.present ? "MTP head" : "no MTP head", tb.weights / 1e9);
+    printf("# prompt: %s%s\n", b->prompt,
+           use_chat ? ": code / prose / JSON user messages through the Qwen3.6 chat template, thinking off"
+           : b->tok ? ": a fixed English text repeated and tokenized to exactly ctx tokens"
+                    : ": a fixed token-id pattern of exactly ctx tokens (no tokenizer: synthetic or none in DIR)");
+    if (simulated)
+        printf("# acceptance: SIMULATED AL %.2f on K >= 1 rows (the spec engine's accept hook forces the accept "
+               "count; random weights cannot measure acceptance) [simulated AL]\n", b->sim_al);
+    printf("# greedy, %d new tokens (eos ignored), 1 warmup + %d reps, median shown; backend %s\n", b->n_new, b->reps,
+           b->real_be->name);
+    fflush(stdout);
+    /* the rows */
+    row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);
+    json_t *jrows = json_array(), *jparity = json_array();
+    int n_rows = 0, ok = rows != NULL;
+    for (int p = 0; p < n_prompts && ok; p++) {
+        for (int k = 0; k < b->n_k && ok; k++) {
+            row *w = &rows[n_rows++];
+            w->ctx = lens[p], w->K = b->ks[k], w->simulated = simulated && b->ks[k] > 0;
+            w->prompt_name = use_chat ? chat_prompts[p].name : NULL;
+            b->tags = tags_for(b, w->simulated);
+            ok = run_row(b, prompts[p], lens[p], w);
+            b->tags = tags_for(b, 0);
+            if (ok) json_array_append_new(jrows, row_json(b, w));
+        }
+        if (ok && b->parity) ok = run_parity(b, prompts[p], lens[p], kmax, jparity);
+    }
+    if (ok) print_table(b, rows, n_rows);
+    int all_identical = 1;
+    for (int i = 0; i < n_rows; i++) all_identical &= rows[i].identical;
+    if (ok && b->json_path) {
+        json_t *model = json_pack("{s:s, s:s, s:s, s:b, s:f, s:I, s:I}", "source", b->synthetic ? "synthetic" : "checkpoint",
+                                  "name", b->synthetic ? b->synthetic : b->dir, "format", format_label(b->m), "mtp",
+                                  b->m->mtp.present, "build_s", build_s, "weight_bytes_per_token",
+                                  (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
+        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o}, s:o, s:o}", "tool",
+                              "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
+                              qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps", b->reps,
+                              "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
+                              simulated ? json_real(b->sim_al) : json_null(), "rows", jrows, "parity", jparity);
+        ok = qrt_write_json(j, b->json_path) == 0;
+        json_decref(j);
+    } else {
+        json_decref(jrows);
+        json_decref(jparity);
+    }
+    for (int p = 0; p < n_prompts; p++) free(prompts[p]);
+    free(rows);
+    if (!ok) return 1;
+    return all_identical ? 0 : 3;
+}
+
+int qrt_tool_bench(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(usage, stdout), 0;
+    bench b;
+    memset(&b, 0, sizeof b);
+    if (!parse(argc, argv, &b)) return 2;
+    int rc = run(&b);
+    qrt_session_free(b.s);
+    qrt_model_free(b.m);
+    qrt_tokenizer_free(b.tok);
+    free(b.out);
+    return rc;
+}

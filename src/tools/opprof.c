@@ -1,0 +1,124 @@
+/* The timed op table (opprof.h). Every wrapper calls the real op between begin() and end(category); while
+ * recording is off it calls straight through. Function pointers carry no context, so the real table and the
+ * totals are file-level state: one profiled backend per process, which is all qwenrt bench needs. */
+#include "tools/opprof.h"
+
+#include <string.h>
+
+static const qrt_backend *real;
+static qrt_backend timed;
+static int recording, on_cuda;
+static double host_t0;
+static qrt_opprof_result totals;
+
+static const char *const cat_names[QRT_OPCAT_COUNT] = {"W4A16 GEMM", "BF16 GEMV", "FP8 GEMM", "GDN", "attention",
+                                                      "other"};
+const char *qrt_opcat_name(int cat) { return cat >= 0 && cat < QRT_OPCAT_COUNT ? cat_names[cat] : "?"; }
+
+static void begin(void) {
+#ifdef QRT_HAVE_CUDA
+    if (on_cuda) {
+        qrt_cuda_optimer_begin();
+        return;
+    }
+#endif
+    host_t0 = qrt_now_ms();
+}
+
+static void end(int cat, uint64_t bytes) {
+#ifdef QRT_HAVE_CUDA
+    if (on_cuda) qrt_cuda_optimer_end(cat);
+    else
+#endif
+        totals.ms[cat] += qrt_now_ms() - host_t0;
+    totals.calls[cat]++;
+    totals.bytes[cat] += bytes;
+}
+
+/* Run `call` timed as category cat (with bytes) when recording, plainly otherwise. */
+#define TIMED(cat, bytes, call)     \
+    do {                            \
+        if (!recording) {           \
+            call;                   \
+            return;                 \
+        }                           \
+        begin();                    \
+        call;                       \
+        end((cat), (bytes));        \
+    } while (0)
+
+static int matmul_cat(const qrt_linear *W) {
+    switch (W->fmt) {
+    case QRT_WF_NVFP4: return QRT_OPCAT_W4A16;
+    case QRT_WF_FP8B: return QRT_OPCAT_FP8;
+    default: return QRT_OPCAT_DENSE;
+    }
+}
+
+static void t_copy(void *d, const void *s, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->copy(d, s, n)); }
+static void t_zero(void *p, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->zero(p, n)); }
+static void t_upload(void *d, const void *s, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->upload(d, s, n)); }
+static void t_download(void *d, const void *s, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->download(d, s, n)); }
+static void t_embed(const qrt_linear *E, const int32_t *ids, int T, float *out) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->embed(E, ids, T, out));
+}
+static void t_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+    TIMED(matmul_cat(W), qrt_linear_bytes(W), real->matmul(W, x, T, y));
+}
+static void t_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->rmsnorm(x, w, rows, n, eps, y));
+}
+static void t_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y) {
+    TIMED(QRT_OPCAT_GDN, 0, real->rmsnorm_gated(x, z, w, rows, n, eps, y));
+}
+static void t_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
+    TIMED(QRT_OPCAT_GDN, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
+}
+static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
+                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
+    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o));
+}
+static void t_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0) {
+    TIMED(QRT_OPCAT_ATTN, 0, real->rope(x, T, H, Dh, R, theta, pos0));
+}
+static void t_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
+    TIMED(QRT_OPCAT_ATTN, 0, real->kv_store(kv, k, v, T, pos0, Hkv, Dh));
+}
+static void t_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    TIMED(QRT_OPCAT_ATTN, 0, real->attention(q, kv, T, pos0, Hq, Hkv, Dh, out));
+}
+static void t_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->split_rows(x, rows, a, b, ya, yb));
+}
+static void t_swiglu(const float *g, const float *u, size_t n, float *y) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->swiglu(g, u, n, y));
+}
+static void t_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->sigmoid_mul(x, g, n, y));
+}
+static void t_add(float *y, const float *x, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->add(y, x, n)); }
+
+const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
+    real = r;
+    on_cuda = !strcmp(r->name, "cuda");
+    timed = *r; /* alloc, free and prepare_linear pass through untimed */
+    timed.copy = t_copy, timed.zero = t_zero, timed.upload = t_upload, timed.download = t_download;
+    timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm, timed.rmsnorm_gated = t_rmsnorm_gated;
+    timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.rope = t_rope, timed.attention = t_attention;
+    timed.kv_store = t_kv_store, timed.split_rows = t_split_rows;
+    timed.swiglu = t_swiglu, timed.sigmoid_mul = t_sigmoid_mul, timed.add = t_add;
+    return &timed;
+}
+
+void qrt_opprof_start(void) {
+    memset(&totals, 0, sizeof totals);
+    recording = 1;
+}
+
+void qrt_opprof_stop(qrt_opprof_result *r) {
+    recording = 0;
+#ifdef QRT_HAVE_CUDA
+    if (on_cuda) qrt_cuda_optimer_collect(totals.ms);
+#endif
+    *r = totals;
+}
