@@ -407,8 +407,315 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
     }
 }
 
-static const char *const fp4_variant_names[] = {"warp_row", "warp_2rows", "warp_4rows", "splitk4"};
-#define FP4_VARIANTS 4
+/* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
+ * Why: at M tokens the scalar variants above spend one f32 FMA per (element, token) on top of the E2M1 decode,
+ * so M=7 costs ~5.6x M=1 and even M=1 is issue-bound (~52% of the read bandwidth). Here the decoded weights are
+ * the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
+ * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
+ *
+ * Exactness. x is not rounded to f16: each 512-element slice of a token is scaled by a power of two (its max
+ * magnitude lands in [2^14, 2^15)) and split into hi = f16(x') and lo = f16(x' − hi), ~22 significant bits;
+ * each k-step runs the mma twice (hi, then lo). The weight operand is exact in f16: E2M1 codes are moved into
+ * e4m3 bit positions (value × 2^-6, decoded by the hardware e4m3x2 → f16x2 convert) and multiplied by their
+ * e4m3 block scale with __hmul2, which is exact (≤ 7 significant bits, ≥ 2^-16). The scaled values ·2^-6 are
+ * undone once at the end (y = acc · 64 · scale2).
+ *
+ * Order (shared by every mma variant, so a row's result is the same bits for any T and any of them):
+ * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
+ *   4c..4c+3; "chunk step" q (0..3) covers chunk 4c+q of each of the 4 lanes; its 8 k-steps i take elements
+ *   4i..4i+3 of those chunks (in the mma's k slots 2c, 2c+1, 2c+8, 2c+9 as e0 e2 | e1 e3);
+ * - d = Σ_i mma(A_i, x_hi) then mma(A_i, x_lo), from d = 0, per chunk step; acc[s % 4] = fmaf(d, 2^e(t,s),
+ *   acc[s % 4]) for q = 0..3, s increasing; y = ((acc0 + acc1) + (acc2 + acc3)) · 64 · scale2.
+ * A tensor-core dot product of one (row, token) uses only that row and that token, so n8-tile position, M and
+ * the variant do not change it (checked bit for bit by test_cuda_ops).
+ *
+ * x fragments, made per call by fp4_prep_x: xf [T/8][S][4 q][8 i][32 lanes] uint4, lane = 4·n + c for token
+ * 8·tg + n, holding {hi(x e0, x e2), hi(x e1, x e3), lo(...), lo(...)} of elements s·512 + (4c+q)·32 + 4i + 0..3;
+ * xscale [T][S] = 2^e, the factor that undoes the slice's scaling. Elements past K are 0. */
+
+#define FP4_SLICE 512 /* elements of a row per slice: 16 chunks of 32, 4 per lane of a quad */
+
+/* One warp per (token, slice): 16 elements per lane. */
+__global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
+                           uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
+    const int lane = threadIdx.x & 31;
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (int64_t)T * S) return;
+    const int t = (int)(wid / S);
+    const int64_t s = wid % S;
+    const int c = lane & 3, i = lane >> 2; /* entry r of this lane: chunk step q = r, k-step i, quad lane c */
+    float v[4][4];
+    float m = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[q][e] = k0 + e < K ? x[(size_t)t * K + k0 + e] : 0.0f;
+            m = fmaxf(m, fabsf(v[q][e]));
+        }
+    }
+    m = warp_max(m);
+    /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits */
+    int ex = 0;
+    float up = 1.0f, down = 1.0f;
+    if (m > 0.0f && m <= 3.0e38f) {
+        frexpf(m, &ex);
+        ex = ex < -100 ? -100 : ex;
+        up = ldexpf(1.0f, 15 - ex);
+        down = ldexpf(1.0f, ex - 15);
+    }
+    const int tg = t / 8, n = t % 8;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        __half h[4], l[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float xs = v[q][e] * up;
+            h[e] = __float2half_rn(xs);
+            l[e] = __float2half_rn(xs - __half2float(h[e]));
+        }
+        __half2 p0 = __halves2half2(h[0], h[2]), p1 = __halves2half2(h[1], h[3]);
+        __half2 p2 = __halves2half2(l[0], l[2]), p3 = __halves2half2(l[1], l[3]);
+        uint4 u;
+        u.x = *reinterpret_cast<uint32_t *>(&p0), u.y = *reinterpret_cast<uint32_t *>(&p1);
+        u.z = *reinterpret_cast<uint32_t *>(&p2), u.w = *reinterpret_cast<uint32_t *>(&p3);
+        xf[((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + 4 * n + c] = u;
+    }
+    if (lane == 0) xscale[(size_t)t * S + s] = down;
+}
+
+/* 8 E2M1 codes (nibble j = element j) as e4m3 bytes of value × 2^-6: lo = e0 e2 e4 e6, hi = e1 e3 e5 e7.
+ * s·eem goes to e4m3 bit 7 and bits 4..2: exponent ee (bias 7 vs 1), mantissa m; ee = 0 lands on the e4m3
+ * subnormals exactly like E2M1's. */
+__device__ __forceinline__ void e2m1_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);
+    hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two /* low 16 bits */) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+/* The same for the high 16 bits: the 16-bit operand is taken from the register's upper half, which the
+ * convert reads directly (no shift). */
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi16;\n\t}"
+        : "=r"(r)
+        : "r"(four));
+    return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_lo_to_h2(uint32_t four) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo16;\n\t}"
+        : "=r"(r)
+        : "r"(four));
+    return r;
+}
+__device__ __forceinline__ uint32_t hmul2_u(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The codes and scales of one slice for one lane: chunks 4c..4c+3 of rows g and g+8 (zeros past the row). */
+struct fp4_slice_regs {
+    uint4 ca[4], cb[4];
+    uint32_t sa[4], sb[4]; /* e4m3 scale pairs (blocks 0, 1 of the chunk) */
+};
+__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *ra, const uint4 *rb,
+                                               const uint16_t *sa, const uint16_t *sb, int64_t chunk0,
+                                               int64_t nvec) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int64_t ch = chunk0 + q;
+        if (ch < nvec) {
+            r.ca[q] = __ldcs(ra + ch), r.cb[q] = __ldcs(rb + ch); /* streamed once: keep L1 for x */
+            r.sa[q] = __ldcs(sa + ch), r.sb[q] = __ldcs(sb + ch);
+        } else {
+            r.ca[q] = r.cb[q] = make_uint4(0, 0, 0, 0);
+            r.sa[q] = r.sb[q] = 0;
+        }
+    }
+}
+
+/* NT n8 token tiles per pass, WPT warps share a 16-row tile (split-K over slices), TPB tiles per block,
+ * PF: prefetch the next slice's codes before computing the current one. */
+template <int NT, int WPT, int TPB, bool PF>
+__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /* [N][Kp/2] */,
+                                                          const uint8_t *scales /* [N][Kp/16] */, float scale2,
+                                                          int64_t N, int64_t K, const uint4 *xf, const float *xscale,
+                                                          int64_t S, int T, float *y /* [T][N] */) {
+    constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
+    __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
+    const int g = lane >> 2, c = lane & 3;
+    const int64_t row0 = ((int64_t)blockIdx.x * TPB + tile_in_block) * 16;
+    /* rows past N are computed (clamped) and not stored, so every warp reaches the barriers */
+    const int64_t ra = row0 + g < N ? row0 + g : N - 1, rb = row0 + g + 8 < N ? row0 + g + 8 : N - 1;
+    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const uint4 *cra = reinterpret_cast<const uint4 *>(codes + ra * (Kp / 2));
+    const uint4 *crb = reinterpret_cast<const uint4 *>(codes + rb * (Kp / 2));
+    const uint16_t *sra = reinterpret_cast<const uint16_t *>(scales + ra * (Kp / 16));
+    const uint16_t *srb = reinterpret_cast<const uint16_t *>(scales + rb * (Kp / 16));
+    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+        float acc[SLOTS][NT][4];
+#pragma unroll
+        for (int j = 0; j < SLOTS; j++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[j][nt][e] = 0.0f;
+        /* This lane's B column is token t0 + 8 nt + g. A lane past T reads the last token's fragment instead (same
+         * address as another lane: no extra traffic, no predicate): B column n only feeds D column n, and
+         * columns past T are never stored. xf_lane: the fragment of (token group, slice 0, q 0, i 0). */
+        const uint4 *xf_lane[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
+            xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+        }
+        fp4_slice_regs cur, nxt;
+        if (PF && wk < S) fp4_load_slice(cur, cra, crb, sra, srb, (int64_t)wk * 16 + 4 * c, nvec);
+        for (int64_t s4 = 0; s4 < S; s4 += 4) {
+#pragma unroll
+            for (int j = 0; j < SLOTS; j++) {
+                const int64_t s = s4 + wk + WPT * j;
+                if (s >= S) break;
+                if (PF) {
+                    if (s + WPT < S) fp4_load_slice(nxt, cra, crb, sra, srb, (s + WPT) * 16 + 4 * c, nvec);
+                } else {
+                    fp4_load_slice(cur, cra, crb, sra, srb, s * 16 + 4 * c, nvec);
+                }
+                float xsc[NT][2]; /* 2^e of this lane's D columns (tokens t0 + 8 nt + 2c, +1) */
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int tok = t0 + 8 * nt + 2 * c + e;
+                        xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
+                    }
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint32_t sha = e4m3x2_to_h2(cur.sa[q]), shb = e4m3x2_to_h2(cur.sb[q]);
+                    const uint32_t wa[4] = {cur.ca[q].x, cur.ca[q].y, cur.ca[q].z, cur.ca[q].w};
+                    const uint32_t wb[4] = {cur.cb[q].x, cur.cb[q].y, cur.cb[q].z, cur.cb[q].w};
+                    float d[NT][4];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) d[nt][e] = 0.0f;
+#pragma unroll
+                    for (int wi = 0; wi < 4; wi++) {
+                        /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
+                        const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
+                        const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
+                        uint32_t alo, ahi, blo, bhi;
+                        e2m1_to_e4m3(wa[wi], alo, ahi);
+                        e2m1_to_e4m3(wb[wi], blo, bhi);
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int i = 2 * wi + h;
+                            /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
+                            const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo) : e4m3x2_lo_to_h2(alo), sca);
+                            const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo) : e4m3x2_lo_to_h2(blo), scb);
+                            const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi) : e4m3x2_lo_to_h2(ahi), sca);
+                            const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi) : e4m3x2_lo_to_h2(bhi), scb);
+#pragma unroll
+                            for (int nt = 0; nt < NT; nt++) {
+                                const uint4 b = __ldg(xf_lane[nt] + s * 1024 + (q * 8 + i) * 32);
+                                mma_16816(d[nt], a0, a1, a2, a3, b.x, b.y); /* hi */
+                                mma_16816(d[nt], a0, a1, a2, a3, b.z, b.w); /* lo */
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[j][nt][e] = fmaf(d[nt][e], xsc[nt][e & 1], acc[j][nt][e]);
+                }
+                if (PF) cur = nxt;
+            }
+        }
+        float out[NT][4];
+        if (WPT == 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    out[nt][e] = (acc[0][nt][e] + acc[SLOTS > 1 ? 1 : 0][nt][e]) +
+                                 (acc[SLOTS > 2 ? 2 : 0][nt][e] + acc[SLOTS > 3 ? 3 : 0][nt][e]);
+        } else {
+            __syncthreads(); /* the previous pass's reads of part are done */
+#pragma unroll
+            for (int j = 0; j < SLOTS; j++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) part[(wk + WPT * j) & 3][tile_in_block][nt][e][lane] = acc[j][nt][e];
+            __syncthreads();
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float *pp = &part[0][tile_in_block][nt][e][lane];
+                    const size_t vl = (size_t)TPB * NT * 4 * 32; /* stride of the virtual lane index */
+                    out[nt][e] = (pp[0] + pp[vl]) + (pp[2 * vl] + pp[3 * vl]);
+                }
+        }
+        if (wk == 0) {
+            const float f = 64.0f * scale2;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t row = row0 + g + 8 * (e >> 1);
+                    const int tok = t0 + 8 * nt + 2 * c + (e & 1);
+                    if (row < N && tok < T) y[(size_t)tok * N + row] = out[nt][e] * f;
+                }
+        }
+    }
+}
+
+/* x fragments for the mma family, grown on demand like xp_buf. */
+static uint4 *xf_buf = NULL;
+static size_t xf_cap = 0; /* bytes, fragments then scales */
+
+template <int NT, int WPT, int TPB, bool PF> static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
+    const int64_t K = W->k, Kp = qrt_nvfp4_row_elems(K), S = (Kp + FP4_SLICE - 1) / FP4_SLICE;
+    const int64_t TG = (T + 7) / 8;
+    const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
+    if (bytes > xf_cap) {
+        if (xf_buf) QRT_CUDA_CHECK(cudaFree(xf_buf));
+        xf_cap = bytes < ((size_t)1 << 22) ? ((size_t)1 << 22) : bytes;
+        QRT_CUDA_CHECK(cudaMalloc(&xf_buf, xf_cap));
+    }
+    float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
+    const int64_t warps = (int64_t)T * S;
+    fp4_prep_x<<<qrt_grid((size_t)warps * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
+    QRT_CUDA_LAUNCHED();
+    const unsigned grid = qrt_grid((size_t)(W->n + 15) / 16, TPB);
+    fp4_mma<NT, WPT, TPB, PF><<<grid, WPT * TPB * 32>>>((const uint8_t *)W->data, (const uint8_t *)W->scales,
+                                                         W->scale2, W->n, K, xf_buf, xscale, S, T, y);
+}
+
+template <int WPT, int TPB, bool PF> static void launch_mma_t(const qrt_linear *W, const float *x, int T, float *y) {
+    if (T <= 8) launch_mma<1, WPT, TPB, PF>(W, x, T, y);
+    else launch_mma<2, WPT, TPB, PF>(W, x, T, y);
+}
+
+/* Variant table: the mma family first (one reduction order, autotuned), then the scalar family (its own order,
+ * forced only). */
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_w1_pf", "mma_k2_pf", "mma_k4_pf", "mma_k4",
+                                                "warp_row", "warp_2rows", "warp_4rows", "splitk4"};
+#define FP4_VARIANTS 9
+#define FP4_MMA_VARIANTS 5
 
 /* Tokens per pass: the whole call when it fits the variant's registers, else its largest group. */
 static int fp4_tokens_per_pass(int v, int T) {
@@ -438,16 +745,27 @@ template <int TT> static void launch_fp4_tt(int v, const qrt_linear *W, const fl
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
+extern "C" int qrt_nvfp4_variant_order(int v) { return v < FP4_MMA_VARIANTS ? 0 : 1; }
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    int64_t G;
-    const float4 *xp = permute_x(x, W->k, T, 32, &G);
-    switch (fp4_tokens_per_pass(v, T)) {
-    case 1: launch_fp4_tt<1>(v, W, xp, G, T, y); break;
-    case 2: launch_fp4_tt<2>(v, W, xp, G, T, y); break;
-    case 4: launch_fp4_tt<4>(v, W, xp, G, T, y); break;
-    default: launch_fp4_tt<8>(v, W, xp, G, T, y); break;
+    switch (v) {
+    case 0: launch_mma_t<1, 4, false>(W, x, T, y); break;
+    case 1: launch_mma_t<1, 4, true>(W, x, T, y); break;
+    case 2: launch_mma_t<2, 2, true>(W, x, T, y); break;
+    case 3: launch_mma_t<4, 1, true>(W, x, T, y); break;
+    case 4: launch_mma_t<4, 1, false>(W, x, T, y); break;
+    default: {
+        const int s = v - FP4_MMA_VARIANTS;
+        int64_t G;
+        const float4 *xp = permute_x(x, W->k, T, 32, &G);
+        switch (fp4_tokens_per_pass(s, T)) {
+        case 1: launch_fp4_tt<1>(s, W, xp, G, T, y); break;
+        case 2: launch_fp4_tt<2>(s, W, xp, G, T, y); break;
+        case 4: launch_fp4_tt<4>(s, W, xp, G, T, y); break;
+        default: launch_fp4_tt<8>(s, W, xp, G, T, y); break;
+        }
+    }
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -484,14 +802,14 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-mma1.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
     long long n, k;
     int t, v;
     while (tune_count < TUNE_MAX && fscanf(f, "%lld %lld %d %d", &n, &k, &t, &v) == 4)
-        if (v >= 0 && v < FP4_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
+        if (v >= 0 && v < FP4_MMA_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
     fclose(f);
 }
 
@@ -550,7 +868,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     qrt_cuda_fill_random_f32(x, (size_t)T * W->k, 12345, -1.0f, 1.0f);
     int best = 0;
     float best_ms = 1e30f;
-    for (int v = 0; v < FP4_VARIANTS; v++) {
+    for (int v = 0; v < FP4_MMA_VARIANTS; v++) { /* the scalar family has another order: forced only */
         float ms = time_variant(v, W, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
