@@ -363,6 +363,21 @@ static void test_elementwise(size_t n, uint64_t seed) {
     gpu->add(ad, bd, n);
     snprintf(what, sizeof what, "add n=%zu", n);
     check(what, ad, ref, n, 0);
+    if (n % 2 == 0) { /* split_halves: x as R rows of [2][h], several row widths */
+        for (size_t h = 1; h <= n / 2; h *= 16) {
+            if (n % (2 * h)) continue;
+            const size_t R = n / (2 * h);
+            float *ref2 = malloc(sizeof(float) * n);
+            float *ya = dev_out(n / 2), *yb = dev_out(n / 2);
+            cpu->split_halves(ref, R, h, ref2, ref2 + n / 2); /* ref == ad (a + b, checked above) */
+            gpu->split_halves(ad, R, h, ya, yb);
+            snprintf(what, sizeof what, "split_halves R=%zu n=%zu (a)", R, h);
+            check(what, ya, ref2, n / 2, 0);
+            snprintf(what, sizeof what, "split_halves R=%zu n=%zu (b)", R, h);
+            check(what, yb, ref2 + n / 2, n / 2, 0);
+            free(ref2), gpu->free(ya), gpu->free(yb);
+        }
+    }
     free(a), free(b), free(ref);
     gpu->free(ad), gpu->free(bd), gpu->free(yd);
 }

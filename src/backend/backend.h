@@ -48,6 +48,9 @@ typedef struct qrt_backend {
     void (*sigmoid_mul)(const float *x, const float *g, size_t n, float *y);
     /* y += x */
     void (*add)(float *y, const float *x, size_t n);
+    /* Split rows of two halves: a[r] = x[r][0], b[r] = x[r][1] (e.g. q_proj's per-head [query | gate]). */
+    void (*split_halves)(const float *x /* [R][2][n] */, size_t R, size_t n, float *a /* [R][n] */,
+                         float *b /* [R][n] */);
 } qrt_backend;
 
 const qrt_backend *qrt_backend_cpu(void);

@@ -414,13 +414,8 @@ static void attention_block(qrt_session *s, const qrt_layer *l, float *kc, float
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
     const size_t kvrow = (size_t)Hkv * Dh;
     be->matmul(&l->q, sc->x, T, sc->qg);
-    /* q_proj rows are per head [query Dh | gate Dh] */
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < Hq; h++) {
-            const float *src = sc->qg + ((size_t)t * Hq + h) * 2 * Dh;
-            be->copy(sc->aq + ((size_t)t * Hq + h) * Dh, src, sizeof(float) * Dh);
-            be->copy(sc->agate + ((size_t)t * Hq + h) * Dh, src + Dh, sizeof(float) * Dh);
-        }
+    /* q_proj rows are per head [query Dh | gate Dh]: one op, not 2·Hq·T copies */
+    be->split_halves(sc->qg, (size_t)T * Hq, (size_t)Dh, sc->aq, sc->agate);
     float *kdst = kc + (size_t)pos * kvrow, *vdst = vc + (size_t)pos * kvrow;
     be->matmul(&l->k, sc->x, T, kdst);
     be->matmul(&l->v, sc->x, T, vdst);

@@ -327,6 +327,13 @@ static void cpu_add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static void cpu_split_halves(const float *x, size_t R, size_t n, float *a, float *b) {
+    for (size_t r = 0; r < R; r++) {
+        memcpy(a + r * n, x + r * 2 * n, sizeof(float) * n);
+        memcpy(b + r * n, x + r * 2 * n + n, sizeof(float) * n);
+    }
+}
+
 static const qrt_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -347,6 +354,7 @@ static const qrt_backend cpu_backend = {
     .swiglu = cpu_swiglu,
     .sigmoid_mul = cpu_sigmoid_mul,
     .add = cpu_add,
+    .split_halves = cpu_split_halves,
 };
 
 const qrt_backend *qrt_backend_cpu(void) { return &cpu_backend; }

@@ -170,6 +170,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->swiglu = qrt_cuda_swiglu;
         b->sigmoid_mul = qrt_cuda_sigmoid_mul;
         b->add = qrt_cuda_add;
+        b->split_halves = qrt_cuda_split_halves;
         b->name = "cuda";
     }
     return &cuda_backend;

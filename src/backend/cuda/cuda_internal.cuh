@@ -82,5 +82,6 @@ void qrt_cuda_attention(const float *q, const float *kc, const float *vc, int T,
                         float *out);
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
 void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y);
+void qrt_cuda_split_halves(const float *x, size_t R, size_t n, float *a, float *b);
 void qrt_cuda_add(float *y, const float *x, size_t n);
 #endif

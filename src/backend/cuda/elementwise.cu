@@ -4,6 +4,7 @@
  *   1  swiglu_kernel       y = silu(g)·u, grid-stride
  *   2  sigmoid_mul_kernel  y = x·sigmoid(g), grid-stride
  *   3  add_kernel          y += x, grid-stride
+ *   3b split_halves_kernel a[r] = x[r][0..n), b[r] = x[r][n..2n): one launch instead of 2·R copies
  *   4  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
  *   5  read_probe          16-byte loads over a buffer, the measured read bandwidth */
 #include "backend/cuda/cuda_internal.cuh"
@@ -56,6 +57,21 @@ __global__ void add_kernel(float *y, const float *x, size_t n) {
         y[i] += x[i];
 }
 
+__global__ void split_halves_kernel(const float *x /* [R][2][n] */, size_t R, size_t n, float *a /* [R][n] */,
+                                    float *b /* [R][n] */) {
+    const size_t total = R * 2 * n;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / (2 * n), j = i % (2 * n); /* read x in order (coalesced), write to a or b */
+        if (j < n) a[r * n + j] = x[i];
+        else b[r * n + j - n] = x[i];
+    }
+}
+
+void qrt_cuda_split_halves(const float *x, size_t R, size_t n, float *a, float *b) {
+    if (!R || !n) return;
+    split_halves_kernel<<<ew_grid(R * 2 * n), 256>>>(x, R, n, a, b);
+    QRT_CUDA_LAUNCHED();
+}
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
     if (!n) return;
     swiglu_kernel<<<ew_grid(n), 256>>>(g, u, n, y);
