@@ -4,26 +4,37 @@
  *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load;
  *                                  x first copied into lane order (permute_x_lanes) for coalesced loads
  *   dense 1  dense_tiled<fmt>      T > 16: 8 warps × 4 rows per block, 16-token x tile in shared memory
- *   (every NVFP4 variant reads x in lane order too: permute_x_lanes runs first, inside the timed call)
- *   nvfp4 0  warp_row              one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
- *   nvfp4 1  warp_2rows            one warp per 2 rows (x loaded once for both), 4 warps per block
- *   nvfp4 2  warp_4rows            one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
- *   nvfp4 3  splitk4               4 warps split one row's K (tall-skinny: few rows, long K)
+ *   (the NVFP4 scalar family reads x in lane order too; the mma family reads fp4_prep_x fragments, made
+ *   per call inside the timed call)
+ *   NVFP4 mma family (order 0, autotuned): tensor cores, x split into f16 hi + lo (see "the mma family" below)
+ *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
+ *   nvfp4 1  mma_k4         4 warps split one tile's slices (split-K), registers
+ *   nvfp4 2  mma_async_w1   as 0, slices staged by cp.async into a 4-deep shared-memory ring per warp
+ *   nvfp4 3  mma_async_k2   2 warps per tile, 2 tiles per block, cp.async ring
+ *   nvfp4 4  mma_async_k4   4 warps per tile, cp.async ring (tall-skinny: few rows, long K)
+ *   nvfp4 5  mma_async_w1b  as 2 with 2 tiles (64 threads) per block: finer blocks for small N
+ *   NVFP4 scalar family (order 1, forced only: its rows differ in the last bits from the mma family's):
+ *   nvfp4 6  warp_row       one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
+ *   nvfp4 7  warp_2rows     one warp per 2 rows (x loaded once for both), 4 warps per block
+ *   nvfp4 8  warp_4rows     one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
+ *   nvfp4 9  splitk4        4 warps split one row's K (tall-skinny: few rows, long K)
  *
- * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not
- * depend on T, on the token's place in the batch, or on the variant (the tests check this bit for bit):
+ * Batch invariance. Every kernel of a format (of an NVFP4 family) reduces a row in one fixed order, so a row's
+ * result does not depend on T, on the token's place in the batch, or on the variant (the tests check this bit
+ * for bit); the autotuner only chooses among the mma family, so its choice never changes a result:
  * - dense: the row is cut into 16-byte chunks (8 BF16/F16 or 4 F32 elements); chunk c belongs to lane
  *   c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane
  *   sums are added by the xor butterfly of warp_sum.
- * - NVFP4: the row is cut into 16-byte code vectors (32 elements, two e4m3 scale blocks of 16); vector v
+ * - NVFP4 mma family: see "the mma family" below.
+ * - NVFP4 scalar family: the row is cut into 16-byte code vectors (32 elements, two e4m3 scale blocks of 16); vector v
  *   belongs to virtual lane v % 128, which sums its vectors in increasing v. A vector adds, per scale
  *   block, (Σ code·x in a fixed element order) · scale with fmaf. Virtual lanes l, l+32, l+64, l+96 are
  *   combined as (a0 + a1) + (a2 + a3), then the 32 results by warp_sum, then times scale2. A warp-per-row
  *   variant keeps the four virtual lanes in four accumulators per lane; splitk4 gives each warp one.
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
- * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 32
- * elements (codes and scales zero), so every row starts 16-byte aligned. x beyond K reads as 0. */
+ * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 512
+ * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0. */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -298,7 +309,7 @@ __global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [
     const int lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * RPW;
     if (row0 >= N) return;
-    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
     for (int t0 = 0; t0 < T; t0 += TT) {
         float acc[RPW][TT][4];
 #pragma unroll
@@ -361,7 +372,7 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
     __shared__ float part[4][TT][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t row = blockIdx.x;
-    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
     const uint4 *crow = reinterpret_cast<const uint4 *>(codes + row * (Kp / 2));
     const uint16_t *srow = reinterpret_cast<const uint16_t *>(scales + row * (Kp / 16));
     for (int t0 = 0; t0 < T; t0 += TT) {
@@ -524,46 +535,128 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The codes and scales of one slice for one lane: chunks 4c..4c+3 of rows g and g+8 (zeros past the row). */
+/* The codes and scales of one slice for one lane: chunks 4c..4c+3 of rows g (ca, sa) and g+8 (cb, sb);
+ * sa.x holds the scale pairs of chunks 0 (low 16 bits) and 1, sa.y those of chunks 2 and 3. */
 struct fp4_slice_regs {
     uint4 ca[4], cb[4];
-    uint32_t sa[4], sb[4]; /* e4m3 scale pairs (blocks 0, 1 of the chunk) */
+    uint2 sa, sb;
 };
 __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *ra, const uint4 *rb,
-                                               const uint16_t *sa, const uint16_t *sb, int64_t chunk0,
-                                               int64_t nvec) {
+                                               const uint2 *sa, const uint2 *sb, int64_t chunk0) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) r.ca[q] = __ldcs(ra + chunk0 + q), r.cb[q] = __ldcs(rb + chunk0 + q);
+    r.sa = __ldcs(sa + chunk0 / 4), r.sb = __ldcs(sb + chunk0 / 4); /* streamed once: keep L1 for x */
+}
+
+/* cp.async: 16 (codes) or 8 (scales) bytes global → shared without passing through registers, so a warp can
+ * have several slices in flight without holding them in registers. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+}
+
+/* One warp's staging buffer for one slice: codes [8 = row half · 4 + q][32 lanes], scales [2 row halves][32].
+ * Each lane copies exactly what it later reads, so its own wait_group is the only synchronisation needed. */
+#define FP4_STAGE_BYTES (8 * 32 * 16 + 2 * 32 * 8)
+__device__ __forceinline__ void fp4_stage_issue(uint8_t *stage, const uint4 *ra, const uint4 *rb, const uint2 *sa,
+                                                const uint2 *sb, int64_t chunk0, int lane) {
+    uint4 *cd = reinterpret_cast<uint4 *>(stage);
+    uint2 *sd = reinterpret_cast<uint2 *>(stage + 8 * 32 * 16);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        const int64_t ch = chunk0 + q;
-        if (ch < nvec) {
-            r.ca[q] = __ldcs(ra + ch), r.cb[q] = __ldcs(rb + ch); /* streamed once: keep L1 for x */
-            r.sa[q] = __ldcs(sa + ch), r.sb[q] = __ldcs(sb + ch);
-        } else {
-            r.ca[q] = r.cb[q] = make_uint4(0, 0, 0, 0);
-            r.sa[q] = r.sb[q] = 0;
+        cp_async16(cd + q * 32 + lane, ra + chunk0 + q);
+        cp_async16(cd + (4 + q) * 32 + lane, rb + chunk0 + q);
+    }
+    cp_async8(sd + lane, sa + chunk0 / 4);
+    cp_async8(sd + 32 + lane, sb + chunk0 / 4);
+}
+__device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t *stage, int lane) {
+    const uint4 *cd = reinterpret_cast<const uint4 *>(stage);
+    const uint2 *sd = reinterpret_cast<const uint2 *>(stage + 8 * 32 * 16);
+#pragma unroll
+    for (int q = 0; q < 4; q++) r.ca[q] = cd[q * 32 + lane], r.cb[q] = cd[(4 + q) * 32 + lane];
+    r.sa = sd[lane], r.sb = sd[32 + lane];
+}
+
+/* One slice of one lane into its accumulators: acc[nt][e] (D fragment of token tile nt) gets Σ_q fmaf(d_q, 2^e).
+ * xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D columns. */
+template <int NT>
+__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT][2], float (&acc)[NT][4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
+        const uint32_t sha = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+        const uint32_t shb = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+        const uint32_t wa[4] = {cur.ca[q].x, cur.ca[q].y, cur.ca[q].z, cur.ca[q].w};
+        const uint32_t wb[4] = {cur.cb[q].x, cur.cb[q].y, cur.cb[q].z, cur.cb[q].w};
+        float d[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[nt][e] = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < 4; wi++) {
+            /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
+            const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
+            const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
+            uint32_t alo, ahi, blo, bhi;
+            e2m1_to_e4m3(wa[wi], alo, ahi);
+            e2m1_to_e4m3(wb[wi], blo, bhi);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int i = 2 * wi + h;
+                /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
+                const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo) : e4m3x2_lo_to_h2(alo), sca);
+                const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo) : e4m3x2_lo_to_h2(blo), scb);
+                const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi) : e4m3x2_lo_to_h2(ahi), sca);
+                const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi) : e4m3x2_lo_to_h2(bhi), scb);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint4 b = __ldg(xf_s[nt] + (q * 8 + i) * 32);
+                    mma_16816(d[nt], a0, a1, a2, a3, b.x, b.y); /* hi */
+                    mma_16816(d[nt], a0, a1, a2, a3, b.z, b.w); /* lo */
+                }
+            }
         }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(d[nt][e], xsc[nt][e & 1], acc[nt][e]);
     }
 }
 
-/* NT n8 token tiles per pass, WPT warps share a 16-row tile (split-K over slices), TPB tiles per block,
- * PF: prefetch the next slice's codes before computing the current one. */
-template <int NT, int WPT, int TPB, bool PF>
+/* NT n8 token tiles per pass, WPT warps share a 16-row tile (split-K over slices), TPB tiles per block.
+ * STAGES = 0: each slice loaded into registers right before use; STAGES ≥ 2: a cp.async ring of that many
+ * slices per warp in dynamic shared memory (STAGES − 1 slices in flight while one is computed). */
+template <int NT, int WPT, int TPB, int STAGES>
 __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /* [N][Kp/2] */,
                                                           const uint8_t *scales /* [N][Kp/16] */, float scale2,
                                                           int64_t N, int64_t K, const uint4 *xf, const float *xscale,
                                                           int64_t S, int T, float *y /* [T][N] */) {
     constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
     __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
+    extern __shared__ __align__(16) uint8_t fp4_stages[]; /* [warps][STAGES][FP4_STAGE_BYTES] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
     const int g = lane >> 2, c = lane & 3;
     const int64_t row0 = ((int64_t)blockIdx.x * TPB + tile_in_block) * 16;
     /* rows past N are computed (clamped) and not stored, so every warp reaches the barriers */
     const int64_t ra = row0 + g < N ? row0 + g : N - 1, rb = row0 + g + 8 < N ? row0 + g + 8 : N - 1;
-    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const int64_t Kp = qrt_nvfp4_row_elems(K); /* whole slices: S · 512 */
     const uint4 *cra = reinterpret_cast<const uint4 *>(codes + ra * (Kp / 2));
     const uint4 *crb = reinterpret_cast<const uint4 *>(codes + rb * (Kp / 2));
-    const uint16_t *sra = reinterpret_cast<const uint16_t *>(scales + ra * (Kp / 16));
-    const uint16_t *srb = reinterpret_cast<const uint16_t *>(scales + rb * (Kp / 16));
+    const uint2 *sra = reinterpret_cast<const uint2 *>(scales + ra * (Kp / 16));
+    const uint2 *srb = reinterpret_cast<const uint2 *>(scales + rb * (Kp / 16));
+    uint8_t *ring = fp4_stages + (size_t)warp * (STAGES > 0 ? STAGES : 1) * FP4_STAGE_BYTES;
+    const int64_t my_slices = wk < S ? (S - wk + WPT - 1) / WPT : 0; /* slices wk, wk + WPT, ... */
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         float acc[SLOTS][NT][4];
 #pragma unroll
@@ -581,68 +674,47 @@ __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /
             const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
             xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
         }
-        fp4_slice_regs cur, nxt;
-        if (PF && wk < S) fp4_load_slice(cur, cra, crb, sra, srb, (int64_t)wk * 16 + 4 * c, nvec);
-        for (int64_t s4 = 0; s4 < S; s4 += 4) {
+        if (STAGES > 0) {
+#pragma unroll
+            for (int p = 0; p < (STAGES > 0 ? STAGES - 1 : 0); p++) {
+                if (p < my_slices) fp4_stage_issue(ring + p * FP4_STAGE_BYTES, cra, crb, sra, srb,
+                                                   (wk + (int64_t)WPT * p) * 16 + 4 * c, lane);
+                cp_async_commit();
+            }
+        }
+        for (int64_t m0 = 0; m0 < my_slices; m0 += SLOTS) {
 #pragma unroll
             for (int j = 0; j < SLOTS; j++) {
-                const int64_t s = s4 + wk + WPT * j;
-                if (s >= S) break;
-                if (PF) {
-                    if (s + WPT < S) fp4_load_slice(nxt, cra, crb, sra, srb, (s + WPT) * 16 + 4 * c, nvec);
+                const int64_t m = m0 + j, s = wk + WPT * m; /* s % 4 == wk + WPT·j: virtual lane slot j */
+                if (m >= my_slices) break;
+                fp4_slice_regs cur;
+                if (STAGES > 0) {
+                    cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>(); /* slice m has landed */
+                    const int64_t mi = m + (STAGES > 0 ? STAGES - 1 : 0);
+                    /* refill the stage read in the previous iteration (this lane's own reads, done) */
+                    if (mi < my_slices)
+                        fp4_stage_issue(ring + (mi % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, cra, crb, sra, srb,
+                                        (wk + WPT * mi) * 16 + 4 * c, lane);
+                    cp_async_commit();
+                    fp4_stage_read(cur, ring + (m % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, lane);
                 } else {
-                    fp4_load_slice(cur, cra, crb, sra, srb, s * 16 + 4 * c, nvec);
+                    fp4_load_slice(cur, cra, crb, sra, srb, s * 16 + 4 * c);
                 }
                 float xsc[NT][2]; /* 2^e of this lane's D columns (tokens t0 + 8 nt + 2c, +1) */
+                const uint4 *xf_s[NT];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
+                for (int nt = 0; nt < NT; nt++) {
+                    xf_s[nt] = xf_lane[nt] + s * 1024;
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int tok = t0 + 8 * nt + 2 * c + e;
                         xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
                     }
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const uint32_t sha = e4m3x2_to_h2(cur.sa[q]), shb = e4m3x2_to_h2(cur.sb[q]);
-                    const uint32_t wa[4] = {cur.ca[q].x, cur.ca[q].y, cur.ca[q].z, cur.ca[q].w};
-                    const uint32_t wb[4] = {cur.cb[q].x, cur.cb[q].y, cur.cb[q].z, cur.cb[q].w};
-                    float d[NT][4];
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) d[nt][e] = 0.0f;
-#pragma unroll
-                    for (int wi = 0; wi < 4; wi++) {
-                        /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
-                        const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
-                        const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
-                        uint32_t alo, ahi, blo, bhi;
-                        e2m1_to_e4m3(wa[wi], alo, ahi);
-                        e2m1_to_e4m3(wb[wi], blo, bhi);
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int i = 2 * wi + h;
-                            /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                            const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo) : e4m3x2_lo_to_h2(alo), sca);
-                            const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo) : e4m3x2_lo_to_h2(blo), scb);
-                            const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi) : e4m3x2_lo_to_h2(ahi), sca);
-                            const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi) : e4m3x2_lo_to_h2(bhi), scb);
-#pragma unroll
-                            for (int nt = 0; nt < NT; nt++) {
-                                const uint4 b = __ldg(xf_lane[nt] + s * 1024 + (q * 8 + i) * 32);
-                                mma_16816(d[nt], a0, a1, a2, a3, b.x, b.y); /* hi */
-                                mma_16816(d[nt], a0, a1, a2, a3, b.z, b.w); /* lo */
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) acc[j][nt][e] = fmaf(d[nt][e], xsc[nt][e & 1], acc[j][nt][e]);
                 }
-                if (PF) cur = nxt;
+                fp4_slice_mma<NT>(cur, xf_s, xsc, acc[j]);
             }
         }
+        if (STAGES > 0) cp_async_wait<0>(); /* nothing left in flight into the ring before the next pass */
         float out[NT][4];
         if (WPT == 1) {
 #pragma unroll
@@ -687,8 +759,9 @@ __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
 
-template <int NT, int WPT, int TPB, bool PF> static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
-    const int64_t K = W->k, Kp = qrt_nvfp4_row_elems(K), S = (Kp + FP4_SLICE - 1) / FP4_SLICE;
+template <int NT, int WPT, int TPB, int STAGES>
+static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
+    const int64_t K = W->k, Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
     const int64_t TG = (T + 7) / 8;
     const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
     if (bytes > xf_cap) {
@@ -700,22 +773,31 @@ template <int NT, int WPT, int TPB, bool PF> static void launch_mma(const qrt_li
     const int64_t warps = (int64_t)T * S;
     fp4_prep_x<<<qrt_grid((size_t)warps * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
     QRT_CUDA_LAUNCHED();
+    const size_t smem = STAGES > 0 ? (size_t)WPT * TPB * STAGES * FP4_STAGE_BYTES : 0;
+    static bool smem_set = false; /* one per instantiation: above 48 KB needs the opt-in */
+    if (!smem_set && smem > 0) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_mma<NT, WPT, TPB, STAGES>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = true;
+    }
     const unsigned grid = qrt_grid((size_t)(W->n + 15) / 16, TPB);
-    fp4_mma<NT, WPT, TPB, PF><<<grid, WPT * TPB * 32>>>((const uint8_t *)W->data, (const uint8_t *)W->scales,
-                                                         W->scale2, W->n, K, xf_buf, xscale, S, T, y);
+    fp4_mma<NT, WPT, TPB, STAGES><<<grid, WPT * TPB * 32, smem>>>((const uint8_t *)W->data,
+                                                                   (const uint8_t *)W->scales, W->scale2, W->n, K,
+                                                                   xf_buf, xscale, S, T, y);
 }
 
-template <int WPT, int TPB, bool PF> static void launch_mma_t(const qrt_linear *W, const float *x, int T, float *y) {
-    if (T <= 8) launch_mma<1, WPT, TPB, PF>(W, x, T, y);
-    else launch_mma<2, WPT, TPB, PF>(W, x, T, y);
+template <int WPT, int TPB, int STAGES> static void launch_mma_t(const qrt_linear *W, const float *x, int T, float *y) {
+    if (T <= 8) launch_mma<1, WPT, TPB, STAGES>(W, x, T, y);
+    else launch_mma<2, WPT, TPB, STAGES>(W, x, T, y);
 }
 
 /* Variant table: the mma family first (one reduction order, autotuned), then the scalar family (its own order,
  * forced only). */
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_w1_pf", "mma_k2_pf", "mma_k4_pf", "mma_k4",
-                                                "warp_row", "warp_2rows", "warp_4rows", "splitk4"};
-#define FP4_VARIANTS 9
-#define FP4_MMA_VARIANTS 5
+static const char *const fp4_variant_names[] = {"mma_w1",       "mma_k4",        "mma_async_w1", "mma_async_k2",
+                                                "mma_async_k4", "mma_async_w1b", "warp_row",     "warp_2rows",
+                                                "warp_4rows",   "splitk4"};
+#define FP4_VARIANTS 10
+#define FP4_MMA_VARIANTS 6
 
 /* Tokens per pass: the whole call when it fits the variant's registers, else its largest group. */
 static int fp4_tokens_per_pass(int v, int T) {
@@ -750,11 +832,12 @@ extern "C" int qrt_nvfp4_variant_order(int v) { return v < FP4_MMA_VARIANTS ? 0 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
     switch (v) {
-    case 0: launch_mma_t<1, 4, false>(W, x, T, y); break;
-    case 1: launch_mma_t<1, 4, true>(W, x, T, y); break;
-    case 2: launch_mma_t<2, 2, true>(W, x, T, y); break;
-    case 3: launch_mma_t<4, 1, true>(W, x, T, y); break;
-    case 4: launch_mma_t<4, 1, false>(W, x, T, y); break;
+    case 0: launch_mma_t<1, 4, 0>(W, x, T, y); break;
+    case 1: launch_mma_t<4, 1, 0>(W, x, T, y); break;
+    case 2: launch_mma_t<1, 4, 4>(W, x, T, y); break;
+    case 3: launch_mma_t<2, 2, 4>(W, x, T, y); break;
+    case 4: launch_mma_t<4, 1, 4>(W, x, T, y); break;
+    case 5: launch_mma_t<1, 2, 4>(W, x, T, y); break;
     default: {
         const int s = v - FP4_MMA_VARIANTS;
         int64_t G;
@@ -802,7 +885,7 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-mma1.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-mma2.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
