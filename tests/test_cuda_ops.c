@@ -4,7 +4,9 @@
  * a guard band of sentinels; the check fails on an unwritten element, a NaN/Inf, a touched guard, or an
  * error ‖gpu − ref‖ / ‖ref‖ above the tolerance named at the call (f32 vs f32 in another summation order:
  * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
- * Batch invariance: the matmul row of a token must be bit-identical at any T and for every NVFP4 variant.
+ * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
+ * every NVFP4 variant of one family (reduction order): the mma family, which the autotuner picks from, and the
+ * scalar family, which runs only when forced.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>

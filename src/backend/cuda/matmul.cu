@@ -12,7 +12,8 @@
  *   nvfp4 2  mma_w1_ilv     as 0, the four chunk steps' mma chains interleaved (hides mma latency, more registers)
  *   nvfp4 3  mma_k4_ilv     as 1, interleaved
  *   nvfp4 4  mma_async_w1   as 2, slices staged by cp.async into a 4-deep shared-memory ring per warp
- *   nvfp4 5  mma_async_k4   as 3, cp.async ring (measured 2-2.5x slower than registers before interleaving)
+ *   nvfp4 5  mma_async_k4   as 3, cp.async ring (both measured 1.3-1.7x slower than the register variants on the
+ *                           H200, not yet understood: docs/benchmarks.md)
  *   NVFP4 scalar family (order 1, forced only: its rows differ in the last bits from the mma family's):
  *   nvfp4 6  warp_row       one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
  *   nvfp4 7  warp_2rows     one warp per 2 rows (x loaded once for both), 4 warps per block
