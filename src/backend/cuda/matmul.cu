@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
 
 /* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
  * Why: at M tokens the scalar variants above spend one f32 FMA per (element, token) on top of the E2M1 decode,
- * so M=7 costs ~5.6x M=1 and even M=1 is issue-bound (~52% of the read bandwidth). Here the decoded weights are
+ * so M=7 costs ~5.6x M=1 (and M=1 already issues ~4 instructions per element). Here the decoded weights are
  * the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
  * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
  *
@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
  * each k-step runs the mma twice (hi, then lo). The weight operand is exact in f16: E2M1 codes are moved into
  * e4m3 bit positions (value × 2^-6, decoded by the hardware e4m3x2 → f16x2 convert) and multiplied by their
  * e4m3 block scale with __hmul2, which is exact (≤ 7 significant bits, ≥ 2^-16). The scaled values ·2^-6 are
- * undone once at the end (y = acc · 64 · scale2).
+ * undone once at the end (y = acc · 64 · scale2). NaN in x propagates; a slice holding ±Inf gives NaN (hi − hi in
+ * the lo split) where an f32 dot product could give ±Inf.
  *
  * Order (shared by every mma variant, so a row's result is the same bits for any T and any of them):
  * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
