@@ -4,7 +4,9 @@
  * a guard band of sentinels; the check fails on an unwritten element, a NaN/Inf, a touched guard, or an
  * error ‖gpu − ref‖ / ‖ref‖ above the tolerance named at the call (f32 vs f32 in another summation order:
  * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
- * Batch invariance: the matmul row of a token must be bit-identical at any T and for every NVFP4 variant.
+ * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
+ * every NVFP4 variant of one family (reduction order): the mma family, which the autotuner picks from, and the
+ * scalar family, which runs only when forced.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -212,8 +214,11 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
             ref[(size_t)t * N + r] = acc;
         }
     }
-    float *base = NULL; /* variant 0 at T = 1, token 0: every other result's row 0 must equal it */
+    /* per reduction order: the first variant of the order at T = 1, token 0; every other result's row 0 of
+     * that order must equal it (the mma family and the scalar family each keep one order) */
+    float *base[2] = {NULL, NULL};
     for (int v = 0; v < qrt_nvfp4_variant_count(); v++) {
+        const int order = qrt_nvfp4_variant_order(v);
         for (int i = 0; i < nT; i++) {
             int T = Ts[i];
             float *yd = dev_out((size_t)T * N);
@@ -222,12 +227,21 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
             snprintf(what, sizeof what, "nvfp4 %-10s N=%lld K=%lld T=%d", qrt_nvfp4_variant_name(v), (long long)N,
                      (long long)K, T);
             float *y = check_dev(what, yd, ref, NULL, (size_t)T * N, 2e-6);
-            if (!base) {
-                base = malloc(sizeof(float) * N);
-                memcpy(base, y, sizeof(float) * N);
+            if (!base[order]) {
+                base[order] = malloc(sizeof(float) * N);
+                memcpy(base[order], y, sizeof(float) * N);
             } else {
-                snprintf(what, sizeof what, "  same bits as warp_row T=1 (row 0)");
-                expect_same_bits(what, y, base, N);
+                snprintf(what, sizeof what, "  same bits as order %d's first variant at T=1 (row 0)", order);
+                expect_same_bits(what, y, base[order], N);
+            }
+            if (T > 1) { /* the last token (another place in the mma's n8 tile) equals that token alone */
+                float *y1d = dev_out(N);
+                qrt_nvfp4_matmul_variant(v, &wg, xd + (size_t)(T - 1) * K, 1, y1d);
+                float *y1 = download(y1d, N);
+                snprintf(what, sizeof what, "  token %d of T=%d same bits as alone", T - 1, T);
+                expect_same_bits(what, y + (size_t)(T - 1) * N, y1, N);
+                free(y1);
+                gpu->free(y1d);
             }
             free(y);
             gpu->free(yd);
@@ -242,7 +256,7 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
     snprintf(what, sizeof what, "nvfp4 op (autotune picked %s) T=%d", qrt_nvfp4_variant_name(pick), T);
     free(check_dev(what, yd, ref, NULL, (size_t)T * N, 2e-6));
     gpu->free(yd);
-    free(base), free(ref), gpu->free(xd), free(x), free(codes), free(scales);
+    free(base[0]), free(base[1]), free(ref), gpu->free(xd), free(x), free(codes), free(scales);
     gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
 }
 

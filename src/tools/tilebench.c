@@ -81,7 +81,7 @@ int qrt_tool_tilebench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: qwenrt tilebench [--reps N]\n\nTimes each NVFP4 W4A16 matmul variant and the BF16 "
-                   "dense GEMV on the Qwen3.6-27B\ndecode shapes (lm_head, gate+up, down) at M = 1 and 7 tokens.\n"
+                   "dense GEMV on the Qwen3.6-27B\ndecode shapes (lm_head, gate+up, down) at M = 1, 2, 7 and 16 tokens.\n"
                    "Columns: ms = median kernel time (CUDA events, 3 warmups, weights rotated over copies\n"
                    "larger than L2); GB/s = (codes + scales, or BF16 weight bytes) / ms; %%bw = of the read\n"
                    "bandwidth measured by a streaming-read kernel in the same run; 'pick' marks the autotuner's "
@@ -117,7 +117,7 @@ int qrt_tool_tilebench(int argc, char **argv) {
         const char *name;
         int64_t n, k;
     } shapes[] = {{"lm_head", 248320, 5120}, {"gate+up", 2 * 17408, 5120}, {"down", 5120, 17408}};
-    const int Ms[] = {1, 7};
+    const int Ms[] = {1, 2, 7, 16};
     printf("%-8s %2s %-11s %9s %8s %6s\n", "shape", "M", "kernel", "ms", "GB/s", "%bw");
     for (int s = 0; s < 3; s++) {
         const int64_t N = shapes[s].n, K = shapes[s].k;
@@ -146,11 +146,11 @@ int qrt_tool_tilebench(int argc, char **argv) {
                 }
             }
             float *x, *y;
-            CK(cudaMalloc((void **)&x, sizeof(float) * 8 * K));
-            CK(cudaMalloc((void **)&y, sizeof(float) * 8 * N));
-            qrt_cuda_fill_random_f32(x, (size_t)8 * K, 5, -1.0f, 1.0f);
+            CK(cudaMalloc((void **)&x, sizeof(float) * 16 * K));
+            CK(cudaMalloc((void **)&y, sizeof(float) * 16 * N));
+            qrt_cuda_fill_random_f32(x, (size_t)16 * K, 5, -1.0f, 1.0f);
             mc.x = x, mc.y = y;
-            for (int mi = 0; mi < 2; mi++) {
+            for (int mi = 0; mi < 4; mi++) {
                 mc.T = Ms[mi];
                 int pick = fmt == 0 ? qrt_nvfp4_pick(&mc.w[0], mc.T) : -1;
                 int nv = fmt == 0 ? qrt_nvfp4_variant_count() : 1;

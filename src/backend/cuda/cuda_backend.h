@@ -20,6 +20,9 @@ void qrt_cuda_sync(void);
 /* ---- NVFP4 W4A16 matmul variants (matmul.cu) ---- */
 int qrt_nvfp4_variant_count(void);
 const char *qrt_nvfp4_variant_name(int v);
+/* The reduction order variant v follows: variants of one order give bit-identical rows for any T; only order 0
+ * (the mma family) is autotuned, the others run when forced (QRT_NVFP4_VARIANT) or by tests and tilebench. */
+int qrt_nvfp4_variant_order(int v);
 /* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
 void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
 /* The variant the table picks for (N, K, T): QRT_NVFP4_VARIANT if set, else the cached or freshly

@@ -39,8 +39,10 @@ static inline int64_t qrt_dense_row_elems(int fmt, int64_t k) {
     int64_t per16 = fmt == QRT_WF_F32 ? 4 : 8;
     return (k + per16 - 1) / per16 * per16;
 }
-/* NVFP4 rows are padded to a multiple of 32 elements (16 bytes of codes, 2 scale bytes). */
-static inline int64_t qrt_nvfp4_row_elems(int64_t k) { return (k + 31) / 32 * 32; }
+/* NVFP4 rows are padded to a multiple of 512 elements (256 bytes of codes, 32 scale bytes; codes and scales
+ * zero): the mma kernels' slice, so every slice is whole and every 16-byte code and 8-byte scale group they
+ * copy is aligned. No waste at the 27B shapes (K = 5120, 6144, 17408). */
+__host__ __device__ static inline int64_t qrt_nvfp4_row_elems(int64_t k) { return (k + 511) / 512 * 512; }
 
 __device__ __forceinline__ float warp_sum(float v) {
     /* xor butterfly: every lane ends with the same value, summed in the same tree */

@@ -4,26 +4,38 @@
  *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load;
  *                                  x first copied into lane order (permute_x_lanes) for coalesced loads
  *   dense 1  dense_tiled<fmt>      T > 16: 8 warps × 4 rows per block, 16-token x tile in shared memory
- *   (every NVFP4 variant reads x in lane order too: permute_x_lanes runs first, inside the timed call)
- *   nvfp4 0  warp_row              one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
- *   nvfp4 1  warp_2rows            one warp per 2 rows (x loaded once for both), 4 warps per block
- *   nvfp4 2  warp_4rows            one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
- *   nvfp4 3  splitk4               4 warps split one row's K (tall-skinny: few rows, long K)
+ *   (the NVFP4 scalar family reads x in lane order too; the mma family reads fp4_prep_x fragments, made
+ *   per call inside the timed call)
+ *   NVFP4 mma family (order 0, autotuned): tensor cores, x split into f16 hi + lo (see "the mma family" below)
+ *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
+ *   nvfp4 1  mma_k4         4 warps split one tile's slices (split-K), registers
+ *   nvfp4 2  mma_w1_ilv     as 0, the four chunk steps' mma chains interleaved (hides mma latency, more registers)
+ *   nvfp4 3  mma_k4_ilv     as 1, interleaved
+ *   nvfp4 4  mma_async_w1   as 2, slices staged by cp.async into a 4-deep shared-memory ring per warp
+ *   nvfp4 5  mma_async_k4   as 3, cp.async ring (both measured 1.3-1.7x slower than the register variants on the
+ *                           H200, not yet understood: docs/benchmarks.md)
+ *   NVFP4 scalar family (order 1, forced only: its rows differ in the last bits from the mma family's):
+ *   nvfp4 6  warp_row       one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
+ *   nvfp4 7  warp_2rows     one warp per 2 rows (x loaded once for both), 4 warps per block
+ *   nvfp4 8  warp_4rows     one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
+ *   nvfp4 9  splitk4        4 warps split one row's K (tall-skinny: few rows, long K)
  *
- * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not
- * depend on T, on the token's place in the batch, or on the variant (the tests check this bit for bit):
+ * Batch invariance. Every kernel of a format (of an NVFP4 family) reduces a row in one fixed order, so a row's
+ * result does not depend on T, on the token's place in the batch, or on the variant (the tests check this bit
+ * for bit); the autotuner only chooses among the mma family, so its choice never changes a result:
  * - dense: the row is cut into 16-byte chunks (8 BF16/F16 or 4 F32 elements); chunk c belongs to lane
  *   c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane
  *   sums are added by the xor butterfly of warp_sum.
- * - NVFP4: the row is cut into 16-byte code vectors (32 elements, two e4m3 scale blocks of 16); vector v
+ * - NVFP4 mma family: see "the mma family" below.
+ * - NVFP4 scalar family: the row is cut into 16-byte code vectors (32 elements, two e4m3 scale blocks of 16); vector v
  *   belongs to virtual lane v % 128, which sums its vectors in increasing v. A vector adds, per scale
  *   block, (Σ code·x in a fixed element order) · scale with fmaf. Virtual lanes l, l+32, l+64, l+96 are
  *   combined as (a0 + a1) + (a2 + a3), then the 32 results by warp_sum, then times scale2. A warp-per-row
  *   variant keeps the four virtual lanes in four accumulators per lane; splitk4 gives each warp one.
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
- * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 32
- * elements (codes and scales zero), so every row starts 16-byte aligned. x beyond K reads as 0. */
+ * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 512
+ * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0. */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -298,7 +310,7 @@ __global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [
     const int lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * RPW;
     if (row0 >= N) return;
-    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
     for (int t0 = 0; t0 < T; t0 += TT) {
         float acc[RPW][TT][4];
 #pragma unroll
@@ -361,7 +373,7 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
     __shared__ float part[4][TT][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t row = blockIdx.x;
-    const int64_t Kp = (K + 31) / 32 * 32, nvec = Kp / 32;
+    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
     const uint4 *crow = reinterpret_cast<const uint4 *>(codes + row * (Kp / 2));
     const uint16_t *srow = reinterpret_cast<const uint16_t *>(scales + row * (Kp / 16));
     for (int t0 = 0; t0 < T; t0 += TT) {
@@ -407,8 +419,469 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
     }
 }
 
-static const char *const fp4_variant_names[] = {"warp_row", "warp_2rows", "warp_4rows", "splitk4"};
-#define FP4_VARIANTS 4
+/* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
+ * Why: at M tokens the scalar variants above spend one f32 FMA per (element, token) on top of the E2M1 decode,
+ * so M=7 costs ~5.6x M=1 (and M=1 already issues ~4 instructions per element). Here the decoded weights are
+ * the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
+ * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
+ *
+ * Exactness. x is not rounded to f16: each 512-element slice of a token is scaled by a power of two (its max
+ * magnitude lands in [2^14, 2^15)) and split into hi = f16(x') and lo = f16(x' − hi), ~22 significant bits;
+ * each k-step runs the mma twice (hi, then lo). The weight operand is exact in f16: E2M1 codes are moved into
+ * e4m3 bit positions (value × 2^-6, decoded by the hardware e4m3x2 → f16x2 convert) and multiplied by their
+ * e4m3 block scale with __hmul2, which is exact (≤ 7 significant bits, ≥ 2^-16). The scaled values ·2^-6 are
+ * undone once at the end (y = acc · 64 · scale2). NaN in x propagates; a slice holding ±Inf gives NaN (hi − hi in
+ * the lo split) where an f32 dot product could give ±Inf.
+ *
+ * Order (shared by every mma variant, so a row's result is the same bits for any T and any of them):
+ * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
+ *   4c..4c+3; "chunk step" q (0..3) covers chunk 4c+q of each of the 4 lanes; its 8 k-steps i take elements
+ *   4i..4i+3 of those chunks (in the mma's k slots 2c, 2c+1, 2c+8, 2c+9 as e0 e2 | e1 e3);
+ * - d = Σ_i mma(A_i, x_hi) then mma(A_i, x_lo), from d = 0, per chunk step; acc[s % 4] = fmaf(d, 2^e(t,s),
+ *   acc[s % 4]) for q = 0..3, s increasing; y = ((acc0 + acc1) + (acc2 + acc3)) · 64 · scale2.
+ * A tensor-core dot product of one (row, token) uses only that row and that token, so n8-tile position, M and
+ * the variant do not change it (checked bit for bit by test_cuda_ops).
+ *
+ * x fragments, made per call by fp4_prep_x: xf [T/8][S][4 q][8 i][32 lanes] uint4, lane = 4·n + c for token
+ * 8·tg + n, holding {hi(x e0, x e2), hi(x e1, x e3), lo(...), lo(...)} of elements s·512 + (4c+q)·32 + 4i + 0..3;
+ * xscale [T][S] = 2^e, the factor that undoes the slice's scaling. Elements past K are 0. */
+
+#define FP4_SLICE 512 /* elements of a row per slice: 16 chunks of 32, 4 per lane of a quad */
+
+/* One warp per (token, slice): 16 elements per lane. */
+__global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
+                           uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
+    const int lane = threadIdx.x & 31;
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (int64_t)T * S) return;
+    const int t = (int)(wid / S);
+    const int64_t s = wid % S;
+    const int c = lane & 3, i = lane >> 2; /* entry r of this lane: chunk step q = r, k-step i, quad lane c */
+    float v[4][4];
+    float m = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[q][e] = k0 + e < K ? x[(size_t)t * K + k0 + e] : 0.0f;
+            m = fmaxf(m, fabsf(v[q][e]));
+        }
+    }
+    m = warp_max(m);
+    /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits */
+    int ex = 0;
+    float up = 1.0f, down = 1.0f;
+    if (m > 0.0f && m <= 3.0e38f) {
+        frexpf(m, &ex);
+        ex = ex < -100 ? -100 : ex;
+        up = ldexpf(1.0f, 15 - ex);
+        down = ldexpf(1.0f, ex - 15);
+    }
+    const int tg = t / 8, n = t % 8;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        __half h[4], l[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float xs = v[q][e] * up;
+            h[e] = __float2half_rn(xs);
+            l[e] = __float2half_rn(xs - __half2float(h[e]));
+        }
+        __half2 p0 = __halves2half2(h[0], h[2]), p1 = __halves2half2(h[1], h[3]);
+        __half2 p2 = __halves2half2(l[0], l[2]), p3 = __halves2half2(l[1], l[3]);
+        uint4 u;
+        u.x = *reinterpret_cast<uint32_t *>(&p0), u.y = *reinterpret_cast<uint32_t *>(&p1);
+        u.z = *reinterpret_cast<uint32_t *>(&p2), u.w = *reinterpret_cast<uint32_t *>(&p3);
+        xf[((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + 4 * n + c] = u;
+    }
+    if (lane == 0) xscale[(size_t)t * S + s] = down;
+}
+
+/* 8 E2M1 codes (nibble j = element j) as e4m3 bytes of value × 2^-6: lo = e0 e2 e4 e6, hi = e1 e3 e5 e7.
+ * s·eem goes to e4m3 bit 7 and bits 4..2: exponent ee (bias 7 vs 1), mantissa m; ee = 0 lands on the e4m3
+ * subnormals exactly like E2M1's. */
+__device__ __forceinline__ void e2m1_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);
+    hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two /* low 16 bits */) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+/* The same for the high 16 bits: the 16-bit operand is taken from the register's upper half, which the
+ * convert reads directly (no shift). */
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi16;\n\t}"
+        : "=r"(r)
+        : "r"(four));
+    return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_lo_to_h2(uint32_t four) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo16;\n\t}"
+        : "=r"(r)
+        : "r"(four));
+    return r;
+}
+__device__ __forceinline__ uint32_t hmul2_u(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The codes and scales of one slice for one lane: chunks 4c..4c+3 of rows g (ca, sa) and g+8 (cb, sb);
+ * sa.x holds the scale pairs of chunks 0 (low 16 bits) and 1, sa.y those of chunks 2 and 3. */
+struct fp4_slice_regs {
+    uint4 ca[4], cb[4];
+    uint2 sa, sb;
+};
+/* Weight loads: read once, so not allocated in L1 (kept for x). volatile, because the mma asm is volatile too:
+ * the compiler then keeps all of a slice's loads ahead of its first mma. With plain loads it sank them between
+ * the chunk steps to save registers, and a warp waited out the memory latency four times per slice (measured:
+ * down 50 µs against 37 µs). */
+__device__ __forceinline__ uint4 ld_stream16(const uint4 *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint2 ld_stream8(const uint2 *p) {
+    uint2 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *ra, const uint4 *rb,
+                                               const uint2 *sa, const uint2 *sb, int64_t chunk0) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) r.ca[q] = ld_stream16(ra + chunk0 + q), r.cb[q] = ld_stream16(rb + chunk0 + q);
+    r.sa = ld_stream8(sa + chunk0 / 4), r.sb = ld_stream8(sb + chunk0 / 4);
+}
+
+/* cp.async: 16 (codes) or 8 (scales) bytes global → shared without passing through registers, so a warp can
+ * have several slices in flight without holding them in registers. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); /* no shared read moves above it */
+}
+
+/* One warp's staging buffer for one slice: codes [8 = row half · 4 + q][32 lanes], scales [2 row halves][32].
+ * Each lane copies exactly what it later reads, so its own wait_group is the only synchronisation needed. */
+#define FP4_STAGE_BYTES (8 * 32 * 16 + 2 * 32 * 8)
+__device__ __forceinline__ void fp4_stage_issue(uint8_t *stage, const uint4 *ra, const uint4 *rb, const uint2 *sa,
+                                                const uint2 *sb, int64_t chunk0, int lane) {
+    uint4 *cd = reinterpret_cast<uint4 *>(stage);
+    uint2 *sd = reinterpret_cast<uint2 *>(stage + 8 * 32 * 16);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        cp_async16(cd + q * 32 + lane, ra + chunk0 + q);
+        cp_async16(cd + (4 + q) * 32 + lane, rb + chunk0 + q);
+    }
+    cp_async8(sd + lane, sa + chunk0 / 4);
+    cp_async8(sd + 32 + lane, sb + chunk0 / 4);
+}
+__device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t *stage, int lane) {
+    const uint4 *cd = reinterpret_cast<const uint4 *>(stage);
+    const uint2 *sd = reinterpret_cast<const uint2 *>(stage + 8 * 32 * 16);
+#pragma unroll
+    for (int q = 0; q < 4; q++) r.ca[q] = cd[q * 32 + lane], r.cb[q] = cd[(4 + q) * 32 + lane];
+    r.sa = sd[lane], r.sb = sd[32 + lane];
+}
+
+/* One slice of one lane into its accumulators: acc[nt][e] (D fragment of token tile nt) gets Σ_q fmaf(d_q, 2^e).
+ * xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D columns.
+ * The chunk steps run one after another (fewest registers). */
+template <int NT>
+__device__ __forceinline__ void fp4_slice_mma_seq(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT][2], float (&acc)[NT][4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
+        const uint32_t sha = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+        const uint32_t shb = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+        const uint32_t wa[4] = {cur.ca[q].x, cur.ca[q].y, cur.ca[q].z, cur.ca[q].w};
+        const uint32_t wb[4] = {cur.cb[q].x, cur.cb[q].y, cur.cb[q].z, cur.cb[q].w};
+        float d[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[nt][e] = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < 4; wi++) {
+            /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
+            const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
+            const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
+            uint32_t alo, ahi, blo, bhi;
+            e2m1_to_e4m3(wa[wi], alo, ahi);
+            e2m1_to_e4m3(wb[wi], blo, bhi);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int i = 2 * wi + h;
+                /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
+                const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo) : e4m3x2_lo_to_h2(alo), sca);
+                const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo) : e4m3x2_lo_to_h2(blo), scb);
+                const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi) : e4m3x2_lo_to_h2(ahi), sca);
+                const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi) : e4m3x2_lo_to_h2(bhi), scb);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint4 b = __ldg(xf_s[nt] + (q * 8 + i) * 32);
+                    mma_16816(d[nt], a0, a1, a2, a3, b.x, b.y); /* hi */
+                    mma_16816(d[nt], a0, a1, a2, a3, b.z, b.w); /* lo */
+                }
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(d[nt][e], xsc[nt][e & 1], acc[nt][e]);
+    }
+}
+
+__device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
+
+/* One slice of one lane into its accumulators: acc[nt][e] (D fragment of token tile nt) gets Σ_q fmaf(d_q, 2^e).
+ * xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D columns.
+ * The four chunk steps' mma chains (d[q]) are independent: they are interleaved k-step by k-step so the tensor
+ * pipe always has 4·NT chains to alternate between instead of waiting out one chain's latency (each chain is
+ * still its own fixed sequence, so the result is the same bits as running them one after another). */
+template <int NT>
+__device__ __forceinline__ void fp4_slice_mma_ilv(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT][2], float (&acc)[NT][4]) {
+    uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
+        sha[q] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+        shb[q] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+    }
+    float d[4][NT][4];
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[q][nt][e] = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < 4; wi++) {
+        uint32_t alo[4], ahi[4], blo[4], bhi[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            e2m1_to_e4m3(u4_word(cur.ca[q], wi), alo[q], ahi[q]);
+            e2m1_to_e4m3(u4_word(cur.cb[q], wi), blo[q], bhi[q]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int i = 2 * wi + h;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
+                const uint32_t sca = __byte_perm(sha[q], 0, wi < 2 ? 0x1010 : 0x3232);
+                const uint32_t scb = __byte_perm(shb[q], 0, wi < 2 ? 0x1010 : 0x3232);
+                /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
+                const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo[q]) : e4m3x2_lo_to_h2(alo[q]), sca);
+                const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo[q]) : e4m3x2_lo_to_h2(blo[q]), scb);
+                const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi[q]) : e4m3x2_lo_to_h2(ahi[q]), sca);
+                const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi[q]) : e4m3x2_lo_to_h2(bhi[q]), scb);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint4 b = __ldg(xf_s[nt] + (q * 8 + i) * 32);
+                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi */
+                    mma_16816(d[q][nt], a0, a1, a2, a3, b.z, b.w); /* lo */
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(d[q][nt][e], xsc[nt][e & 1], acc[nt][e]);
+}
+
+/* NT n8 token tiles per pass, WPT warps share a 16-row tile (split-K over slices), TPB tiles per block.
+ * STAGES = 0: each slice loaded into registers right before use; STAGES ≥ 2: a cp.async ring of that many
+ * slices per warp in dynamic shared memory (STAGES − 1 slices in flight while one is computed).
+ * ILV: interleave the four chunk steps' mma chains (same bits, more registers). */
+template <int NT, int WPT, int TPB, int STAGES, bool ILV>
+__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /* [N][Kp/2] */,
+                                                          const uint8_t *scales /* [N][Kp/16] */, float scale2,
+                                                          int64_t N, int64_t K, const uint4 *xf, const float *xscale,
+                                                          int64_t S, int T, float *y /* [T][N] */) {
+    constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
+    __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
+    extern __shared__ __align__(16) uint8_t fp4_stages[]; /* [warps][STAGES][FP4_STAGE_BYTES] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
+    const int g = lane >> 2, c = lane & 3;
+    const int64_t row0 = ((int64_t)blockIdx.x * TPB + tile_in_block) * 16;
+    /* rows past N are computed (clamped) and not stored, so every warp reaches the barriers */
+    const int64_t ra = row0 + g < N ? row0 + g : N - 1, rb = row0 + g + 8 < N ? row0 + g + 8 : N - 1;
+    const int64_t Kp = qrt_nvfp4_row_elems(K); /* whole slices: S · 512 */
+    const uint4 *cra = reinterpret_cast<const uint4 *>(codes + ra * (Kp / 2));
+    const uint4 *crb = reinterpret_cast<const uint4 *>(codes + rb * (Kp / 2));
+    const uint2 *sra = reinterpret_cast<const uint2 *>(scales + ra * (Kp / 16));
+    const uint2 *srb = reinterpret_cast<const uint2 *>(scales + rb * (Kp / 16));
+    uint8_t *ring = fp4_stages + (size_t)warp * (STAGES > 0 ? STAGES : 1) * FP4_STAGE_BYTES;
+    const int64_t my_slices = wk < S ? (S - wk + WPT - 1) / WPT : 0; /* slices wk, wk + WPT, ... */
+    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+        float acc[SLOTS][NT][4];
+#pragma unroll
+        for (int j = 0; j < SLOTS; j++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[j][nt][e] = 0.0f;
+        /* This lane's B column is token t0 + 8 nt + g. A lane past T reads the last token's fragment instead (same
+         * address as another lane: no extra traffic, no predicate): B column n only feeds D column n, and
+         * columns past T are never stored. xf_lane: the fragment of (token group, slice 0, q 0, i 0). */
+        const uint4 *xf_lane[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
+            xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+        }
+        if (STAGES > 0) {
+#pragma unroll
+            for (int p = 0; p < (STAGES > 0 ? STAGES - 1 : 0); p++) {
+                if (p < my_slices) fp4_stage_issue(ring + p * FP4_STAGE_BYTES, cra, crb, sra, srb,
+                                                   (wk + (int64_t)WPT * p) * 16 + 4 * c, lane);
+                cp_async_commit();
+            }
+        }
+        for (int64_t m0 = 0; m0 < my_slices; m0 += SLOTS) {
+#pragma unroll
+            for (int j = 0; j < SLOTS; j++) {
+                const int64_t m = m0 + j, s = wk + WPT * m; /* s % 4 == wk + WPT·j: virtual lane slot j */
+                if (m >= my_slices) break;
+                fp4_slice_regs cur;
+                if (STAGES > 0) {
+                    cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>(); /* slice m has landed */
+                    const int64_t mi = m + (STAGES > 0 ? STAGES - 1 : 0);
+                    /* refill the stage read in the previous iteration (this lane's own reads, done) */
+                    if (mi < my_slices)
+                        fp4_stage_issue(ring + (mi % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, cra, crb, sra, srb,
+                                        (wk + WPT * mi) * 16 + 4 * c, lane);
+                    cp_async_commit();
+                    fp4_stage_read(cur, ring + (m % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, lane);
+                } else {
+                    fp4_load_slice(cur, cra, crb, sra, srb, s * 16 + 4 * c);
+                }
+                float xsc[NT][2]; /* 2^e of this lane's D columns (tokens t0 + 8 nt + 2c, +1) */
+                const uint4 *xf_s[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    xf_s[nt] = xf_lane[nt] + s * 1024;
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int tok = t0 + 8 * nt + 2 * c + e;
+                        xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
+                    }
+                }
+                if (ILV) fp4_slice_mma_ilv<NT>(cur, xf_s, xsc, acc[j]);
+                else fp4_slice_mma_seq<NT>(cur, xf_s, xsc, acc[j]);
+            }
+        }
+        if (STAGES > 0) cp_async_wait<0>(); /* nothing left in flight into the ring before the next pass */
+        float out[NT][4];
+        if (WPT == 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    out[nt][e] = (acc[0][nt][e] + acc[SLOTS > 1 ? 1 : 0][nt][e]) +
+                                 (acc[SLOTS > 2 ? 2 : 0][nt][e] + acc[SLOTS > 3 ? 3 : 0][nt][e]);
+        } else {
+            __syncthreads(); /* the previous pass's reads of part are done */
+#pragma unroll
+            for (int j = 0; j < SLOTS; j++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) part[(wk + WPT * j) & 3][tile_in_block][nt][e][lane] = acc[j][nt][e];
+            __syncthreads();
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float *pp = &part[0][tile_in_block][nt][e][lane];
+                    const size_t vl = (size_t)TPB * NT * 4 * 32; /* stride of the virtual lane index */
+                    out[nt][e] = (pp[0] + pp[vl]) + (pp[2 * vl] + pp[3 * vl]);
+                }
+        }
+        if (wk == 0) {
+            const float f = 64.0f * scale2;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t row = row0 + g + 8 * (e >> 1);
+                    const int tok = t0 + 8 * nt + 2 * c + (e & 1);
+                    if (row < N && tok < T) y[(size_t)tok * N + row] = out[nt][e] * f;
+                }
+        }
+    }
+}
+
+/* x fragments for the mma family, grown on demand like xp_buf. */
+static uint4 *xf_buf = NULL;
+static size_t xf_cap = 0; /* bytes, fragments then scales */
+
+template <int NT, int WPT, int TPB, int STAGES, bool ILV>
+static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
+    const int64_t K = W->k, Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
+    const int64_t TG = (T + 7) / 8;
+    const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
+    if (bytes > xf_cap) {
+        if (xf_buf) QRT_CUDA_CHECK(cudaFree(xf_buf));
+        xf_cap = bytes < ((size_t)1 << 22) ? ((size_t)1 << 22) : bytes;
+        QRT_CUDA_CHECK(cudaMalloc(&xf_buf, xf_cap));
+    }
+    float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
+    const int64_t warps = (int64_t)T * S;
+    fp4_prep_x<<<qrt_grid((size_t)warps * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
+    QRT_CUDA_LAUNCHED();
+    const size_t smem = STAGES > 0 ? (size_t)WPT * TPB * STAGES * FP4_STAGE_BYTES : 0;
+    static bool smem_set = false; /* one per instantiation: above 48 KB needs the opt-in */
+    if (!smem_set && smem > 0) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_mma<NT, WPT, TPB, STAGES, ILV>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = true;
+    }
+    const unsigned grid = qrt_grid((size_t)(W->n + 15) / 16, TPB);
+    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>((const uint8_t *)W->data,
+                                                                   (const uint8_t *)W->scales, W->scale2, W->n, K,
+                                                                   xf_buf, xscale, S, T, y);
+}
+
+template <int WPT, int TPB, int STAGES, bool ILV>
+static void launch_mma_t(const qrt_linear *W, const float *x, int T, float *y) {
+    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(W, x, T, y);
+    else launch_mma<2, WPT, TPB, STAGES, ILV>(W, x, T, y);
+}
+
+/* Variant table: the mma family first (one reduction order, autotuned), then the scalar family (its own order,
+ * forced only). */
+static const char *const fp4_variant_names[] = {"mma_w1",       "mma_k4",       "mma_w1_ilv", "mma_k4_ilv",
+                                                "mma_async_w1", "mma_async_k4", "warp_row",   "warp_2rows",
+                                                "warp_4rows",   "splitk4"};
+#define FP4_VARIANTS 10
+#define FP4_MMA_VARIANTS 6
 
 /* Tokens per pass: the whole call when it fits the variant's registers, else its largest group. */
 static int fp4_tokens_per_pass(int v, int T) {
@@ -438,16 +911,28 @@ template <int TT> static void launch_fp4_tt(int v, const qrt_linear *W, const fl
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
+extern "C" int qrt_nvfp4_variant_order(int v) { return v < FP4_MMA_VARIANTS ? 0 : 1; }
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    int64_t G;
-    const float4 *xp = permute_x(x, W->k, T, 32, &G);
-    switch (fp4_tokens_per_pass(v, T)) {
-    case 1: launch_fp4_tt<1>(v, W, xp, G, T, y); break;
-    case 2: launch_fp4_tt<2>(v, W, xp, G, T, y); break;
-    case 4: launch_fp4_tt<4>(v, W, xp, G, T, y); break;
-    default: launch_fp4_tt<8>(v, W, xp, G, T, y); break;
+    switch (v) {
+    case 0: launch_mma_t<1, 4, 0, false>(W, x, T, y); break;
+    case 1: launch_mma_t<4, 1, 0, false>(W, x, T, y); break;
+    case 2: launch_mma_t<1, 4, 0, true>(W, x, T, y); break;
+    case 3: launch_mma_t<4, 1, 0, true>(W, x, T, y); break;
+    case 4: launch_mma_t<1, 4, 4, true>(W, x, T, y); break;
+    case 5: launch_mma_t<4, 1, 4, true>(W, x, T, y); break;
+    default: {
+        const int s = v - FP4_MMA_VARIANTS;
+        int64_t G;
+        const float4 *xp = permute_x(x, W->k, T, 32, &G);
+        switch (fp4_tokens_per_pass(s, T)) {
+        case 1: launch_fp4_tt<1>(s, W, xp, G, T, y); break;
+        case 2: launch_fp4_tt<2>(s, W, xp, G, T, y); break;
+        case 4: launch_fp4_tt<4>(s, W, xp, G, T, y); break;
+        default: launch_fp4_tt<8>(s, W, xp, G, T, y); break;
+        }
+    }
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -484,14 +969,14 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-mma3.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
     long long n, k;
     int t, v;
     while (tune_count < TUNE_MAX && fscanf(f, "%lld %lld %d %d", &n, &k, &t, &v) == 4)
-        if (v >= 0 && v < FP4_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
+        if (v >= 0 && v < FP4_MMA_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
     fclose(f);
 }
 
@@ -550,7 +1035,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     qrt_cuda_fill_random_f32(x, (size_t)T * W->k, 12345, -1.0f, 1.0f);
     int best = 0;
     float best_ms = 1e30f;
-    for (int v = 0; v < FP4_VARIANTS; v++) {
+    for (int v = 0; v < FP4_MMA_VARIANTS; v++) { /* the scalar family has another order: forced only */
         float ms = time_variant(v, W, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
