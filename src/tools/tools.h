@@ -20,6 +20,9 @@ int qrt_cli_prompt_ids(const char *cmd, const char *dir, const char *text, int c
                        int32_t **ids);
 /* A qrt_token_cb that prints each token's text through a qrt_detok_stream (user). */
 int qrt_cli_print_token_text(int32_t id, void *stream);
+/* qwenrt serve / chat (tools/cmd_serve.c). */
+int qrt_cmd_serve(int argc, char **argv);
+int qrt_cmd_chat(int argc, char **argv);
 #ifdef QRT_HAVE_CUDA
 /* qwenrt tilebench: NVFP4 GEMV variants at the 27B decode shapes vs measured read bandwidth. */
 int qrt_tool_tilebench(int argc, char **argv);
