@@ -192,7 +192,7 @@ def test_stop(port):
 def test_prefix_reuse(port):
     """A prompt that extends the previous request's tokens continues from its state: same output as a cold
     prefill, less prefill time. max_tokens 1 makes the session hold exactly the prompt."""
-    prompt = [(i * 37 + 11) % 1990 for i in range(240)]
+    prompt = [(i * 37 + 11) % 1990 for i in range(120 if SMALL else 240)]
     more = [(i * 53 + 7) % 1990 for i in range(8)]
     post(port, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1})  # a different conversation
     s, cold = post(port, "/v1/completions", {"prompt": prompt + more, "max_tokens": 6, "temperature": 0})
@@ -290,8 +290,8 @@ def test_queue_full(port, queue):
 
 def test_load(port):
     """A few hundred requests from 8 threads, some malformed, some streamed: every answer is a known status."""
-    generating = 24 if SMALL else 60
-    total = 300
+    generating = 12 if SMALL else 60
+    total = 200 if SMALL else 300
     statuses = []
     lock = threading.Lock()
     kinds = []

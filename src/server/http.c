@@ -117,7 +117,9 @@ static enum MHD_Result generate(server *sv, struct MHD_Connection *c, request *r
 }
 
 static enum MHD_Result models(server *sv, struct MHD_Connection *c) {
-    char *name = json_dumps(json_string(qrt_engine_model_name(sv->engine)), JSON_ENCODE_ANY);
+    json_t *name_json = json_string(qrt_engine_model_name(sv->engine));
+    char *name = name_json ? json_dumps(name_json, JSON_ENCODE_ANY) : NULL;
+    json_decref(name_json);
     qrt_buf b = {0};
     qrt_buf_addf(&b, "{\"object\":\"list\",\"data\":[{\"id\":%s,\"object\":\"model\",\"created\":%lld,\"owned_by\":\"qwenrt\"}]}",
                  name ? name : "\"model\"", (long long)time(NULL));
