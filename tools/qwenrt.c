@@ -21,6 +21,8 @@ static const char *usage_main =
     "  tokenize        token ids of a text (-m DIR or --tokenizer FILE)\n"
     "  detokenize      text of comma-separated token ids\n"
     "  quantize IN OUT write a quantized copy of a checkpoint (--format nvfp4|fp8)\n"
+    "  serve           an OpenAI-compatible HTTP server (chat/completions, completions, streaming, metrics)\n"
+    "  chat            an interactive chat in the terminal\n"
     "  synth OUT       write a random-weight checkpoint of a preset shape (--preset tiny|qwen3.6-27b)\n"
     "  bench           decode benchmark (TTFT, tok/s, AL, chain/verify ms, kernel breakdown, parity); a\n"
     "                  synthetic model when no -m DIR is given\n"
@@ -380,6 +382,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "doctor")) return qrt_tool_doctor(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return qrt_cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return qrt_cmd_detokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return qrt_cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return qrt_cmd_chat(argc - 2, argv + 2);
 #ifdef QRT_HAVE_CUDA
     if (!strcmp(cmd, "tilebench")) return qrt_tool_tilebench(argc - 2, argv + 2);
 #endif

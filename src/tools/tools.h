@@ -24,6 +24,10 @@ int qrt_cli_print_token_text(int32_t id, void *stream);
 int qrt_tool_bench(int argc, char **argv);
 int qrt_tool_membw(int argc, char **argv);
 int qrt_tool_doctor(int argc, char **argv);
+
+/* qwenrt serve / chat (tools/cmd_serve.c). */
+int qrt_cmd_serve(int argc, char **argv);
+int qrt_cmd_chat(int argc, char **argv);
 #ifdef QRT_HAVE_CUDA
 /* qwenrt tilebench: NVFP4 GEMV variants at the 27B decode shapes vs measured read bandwidth. */
 int qrt_tool_tilebench(int argc, char **argv);

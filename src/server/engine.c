@@ -1,0 +1,391 @@
+/* The worker thread, its queue and each job's output channel (see engine.h). One mutex guards the queue
+ * and every job's output; readers wait on one condition that the worker broadcasts after each append. */
+#include "server/engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/reuse.h"
+#include "tokenizer/tokenizer.h"
+#include "util/common.h"
+
+struct qrt_job {
+    qrt_engine *e;
+    qrt_oa_request req;
+    int32_t *ids;
+    int32_t n_ids;
+    double t_submit_ms;
+    int refs;       /* the worker's and the HTTP side's */
+    int cancelled;  /* the HTTP side let go before the end */
+    int done;
+    int status;     /* HTTP status of a whole-body job */
+    qrt_buf out;    /* the event stream, or the whole body */
+    size_t read;    /* bytes of out a streamed reader has taken */
+    qrt_job *next;
+};
+
+struct qrt_engine {
+    qrt_engine_opts o;
+    char model_name[256];
+    qrt_model *m;
+    qrt_tokenizer *tok;
+    qrt_reuse reuse;
+    qrt_metrics *metrics;
+    int32_t stop_ids[3]; /* <|im_end|>, <|endoftext|>, the model's eos; -1 when absent */
+    pthread_t worker;
+    int worker_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, out_cv;
+    qrt_job *head, *tail;
+    int n_waiting, stopping;
+    unsigned long long next_id;
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * Jobs */
+
+static void job_unref_locked(qrt_job *j) {
+    if (--j->refs > 0) return;
+    qrt_oa_request_free(&j->req);
+    free(j->ids);
+    qrt_buf_free(&j->out);
+    free(j);
+}
+
+void qrt_job_release(qrt_job *j) {
+    qrt_engine *e = j->e;
+    pthread_mutex_lock(&e->mu);
+    j->cancelled = 1;
+    job_unref_locked(j);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int qrt_job_streamed(const qrt_job *j) { return j->req.stream; }
+
+size_t qrt_job_read(qrt_job *j, char *dst, size_t max) {
+    qrt_engine *e = j->e;
+    pthread_mutex_lock(&e->mu);
+    while (j->read == j->out.n && !j->done) pthread_cond_wait(&e->out_cv, &e->mu);
+    size_t n = j->out.n - j->read < max ? j->out.n - j->read : max;
+    if (n) memcpy(dst, j->out.p + j->read, n);
+    j->read += n;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+const char *qrt_job_wait(qrt_job *j, int *status, size_t *len) {
+    qrt_engine *e = j->e;
+    pthread_mutex_lock(&e->mu);
+    while (!j->done) pthread_cond_wait(&e->out_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    *status = j->status;
+    *len = j->out.n;
+    return j->out.p ? j->out.p : "";
+}
+
+/* Append output and wake the reader. */
+static void job_append(qrt_job *j, const char *s, size_t n) {
+    qrt_engine *e = j->e;
+    pthread_mutex_lock(&e->mu);
+    qrt_buf_add(&j->out, s, n);
+    pthread_cond_broadcast(&e->out_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int job_cancelled(qrt_job *j) {
+    pthread_mutex_lock(&j->e->mu);
+    int c = j->cancelled || j->e->stopping;
+    pthread_mutex_unlock(&j->e->mu);
+    return c;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * One generation */
+
+typedef struct {
+    qrt_job *job;
+    qrt_engine *e;
+    qrt_output out;
+    qrt_detok_stream *detok;
+    size_t reasoning_sent, content_sent;
+    const char *finish; /* set when a stop token or string ended the generation */
+    double ttft_ms;
+    int cancelled, oom;
+    qrt_oa_meta meta;
+} run_ctx;
+
+static int is_stop_id(const qrt_engine *e, int32_t id) {
+    for (int i = 0; i < 3; i++)
+        if (e->stop_ids[i] >= 0 && e->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Stream what the output made final since the last call. */
+static void send_deltas(run_ctx *c) {
+    const qrt_output *o = &c->out;
+    if (o->reasoning.n == c->reasoning_sent && o->content.n == c->content_sent) return;
+    qrt_buf sse = {0};
+    if (!qrt_oa_stream_delta(&sse, &c->job->req, &c->meta, o->reasoning.p + c->reasoning_sent,
+                             o->reasoning.n - c->reasoning_sent, o->content.p + c->content_sent,
+                             o->content.n - c->content_sent))
+        c->oom = 1;
+    c->reasoning_sent = o->reasoning.n, c->content_sent = o->content.n;
+    job_append(c->job, sse.p, sse.n);
+    qrt_buf_free(&sse);
+}
+
+static int on_token(int32_t id, void *user) {
+    run_ctx *c = user;
+    if (c->ttft_ms < 0) c->ttft_ms = qrt_now_ms() - c->job->t_submit_ms;
+    if (job_cancelled(c->job)) return c->cancelled = 1;
+    if (is_stop_id(c->e, id)) return c->finish = "stop", 1;
+    const char *text = "";
+    size_t len = 0;
+    size_t ignored;
+    /* ids past the tokenizer's vocabulary (padding rows of the logits) have no text */
+    if (qrt_tokenizer_token_bytes(c->e->tok, id, &ignored) && qrt_detok_stream_push(c->detok, id, &text, &len) != QRT_OK)
+        return c->oom = 1;
+    if (!qrt_output_push(&c->out, text, len)) return c->oom = 1;
+    if (c->job->req.stream) send_deltas(c);
+    if (c->out.stopped) return c->finish = "stop", 1;
+    return c->oom;
+}
+
+static void finish_with_error(run_ctx *c, int status, const char *message) {
+    if (c->job->req.stream) {
+        qrt_buf sse = {0};
+        qrt_oa_stream_error(&sse, message);
+        job_append(c->job, sse.p, sse.n);
+        qrt_buf_free(&sse);
+        return;
+    }
+    char *body = qrt_oa_error_json(message, status >= 500 ? "server_error" : "invalid_request_error",
+                                   status >= 500 ? "generation_failed" : "context_length_exceeded");
+    c->job->status = status;
+    job_append(c->job, body, body ? strlen(body) : 0);
+    free(body);
+}
+
+static void run_job(qrt_engine *e, qrt_job *j) {
+    const qrt_oa_request *req = &j->req;
+    run_ctx c = {.job = j, .e = e, .ttft_ms = -1};
+    snprintf(c.meta.id, sizeof c.meta.id, "%s-%llu", req->kind == QRT_OA_CHAT ? "chatcmpl" : "cmpl", e->next_id++);
+    c.meta.model = e->model_name;
+    c.meta.created = (long long)time(NULL);
+    int32_t max_new = req->max_tokens < 0 ? e->o.ctx : (req->max_tokens < e->o.ctx ? req->max_tokens : e->o.ctx);
+    int32_t *ids_out = calloc((size_t)max_new + 1, sizeof *ids_out);
+    int ok = ids_out && qrt_detok_stream_new(e->tok, &c.detok) == QRT_OK &&
+             qrt_output_init(&c.out, req->kind == QRT_OA_CHAT && req->thinking, req->parse_tools,
+                             (const char *const *)req->stops, req->n_stops);
+    if (!ok) {
+        finish_with_error(&c, 500, "out of memory");
+        goto done;
+    }
+    if (req->stream) {
+        qrt_buf sse = {0};
+        qrt_oa_stream_begin(&sse, req, &c.meta);
+        job_append(j, sse.p, sse.n);
+        qrt_buf_free(&sse);
+    }
+    qrt_gen_opts go = {.max_new = max_new, .stop_eos = 1, .spec_k = e->o.spec_k, .sampling = req->sampling,
+                       .on_token = on_token, .user = &c};
+    qrt_gen_stats gs;
+    int32_t reused = 0;
+    qrt_status st = qrt_reuse_generate(&e->reuse, j->ids, j->n_ids, &go, ids_out, &gs, &reused);
+    if (st != QRT_OK) {
+        finish_with_error(&c, st == QRT_ERR_CONTEXT ? 400 : 500, qrt_last_error());
+        goto done;
+    }
+    qrt_metrics_generation(e->metrics, &gs, c.ttft_ms, reused, c.cancelled);
+    size_t tail_len = 0;
+    const char *tail = qrt_detok_stream_flush(c.detok, &tail_len);
+    if (!c.out.stopped) qrt_output_push(&c.out, tail, tail_len);
+    qrt_output_finish(&c.out);
+    const char *finish = c.finish ? c.finish : gs.n_new >= go.max_new ? "length" : "stop";
+    qrt_oa_usage u = {.prompt_tokens = j->n_ids, .completion_tokens = gs.n_new, .cached_tokens = reused,
+                      .prefill_ms = gs.prefill_ms, .decode_ms = gs.decode_ms};
+    if (c.oom) {
+        finish_with_error(&c, 500, "out of memory while streaming the output");
+    } else if (req->stream) {
+        send_deltas(&c);
+        qrt_buf sse = {0};
+        qrt_oa_stream_end(&sse, req, &c.meta, &c.out, finish, &u);
+        job_append(j, sse.p, sse.n);
+        qrt_buf_free(&sse);
+    } else {
+        char *body = qrt_oa_response(req, &c.meta, &c.out, finish, &u);
+        j->status = body ? 200 : 500;
+        job_append(j, body ? body : "{}", body ? strlen(body) : 2);
+        free(body);
+    }
+done:
+    qrt_output_free(&c.out);
+    qrt_detok_stream_free(c.detok);
+    free(ids_out);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Worker and queue */
+
+static void *worker_main(void *arg) {
+    qrt_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->head && !e->stopping) pthread_cond_wait(&e->work_cv, &e->mu);
+        if (e->stopping) break;
+        qrt_job *j = e->head;
+        e->head = j->next;
+        if (!e->head) e->tail = NULL;
+        e->n_waiting--;
+        qrt_metrics_queue_depth(e->metrics, e->n_waiting);
+        if (!j->cancelled) {
+            pthread_mutex_unlock(&e->mu);
+            run_job(e, j);
+            pthread_mutex_lock(&e->mu);
+        }
+        j->done = 1;
+        pthread_cond_broadcast(&e->out_cv);
+        job_unref_locked(j);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+static void end_refused(qrt_job *j, int status, const char *message) {
+    char *body = qrt_oa_error_json(message, "server_error", "unavailable");
+    j->status = status;
+    if (j->req.stream) {
+        qrt_buf_add(&j->out, "data: ", 6), qrt_buf_add(&j->out, body, body ? strlen(body) : 0);
+        qrt_buf_add(&j->out, "\n\ndata: [DONE]\n\n", 16);
+    } else {
+        qrt_buf_add(&j->out, body, body ? strlen(body) : 0);
+    }
+    free(body);
+    j->done = 1;
+}
+
+void qrt_engine_stop(qrt_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    while (e->head) {
+        qrt_job *j = e->head;
+        e->head = j->next;
+        end_refused(j, 503, "the server is shutting down");
+        job_unref_locked(j);
+    }
+    e->tail = NULL, e->n_waiting = 0;
+    pthread_cond_broadcast(&e->work_cv);
+    pthread_cond_broadcast(&e->out_cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->worker_started) pthread_join(e->worker, NULL);
+    e->worker_started = 0;
+}
+
+static int32_t token_id_or_none(const qrt_tokenizer *t, const char *s) { return qrt_tokenizer_token_id(t, s); }
+
+qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics) {
+    qrt_engine *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->o = *o;
+    e->metrics = metrics;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work_cv, NULL);
+    pthread_cond_init(&e->out_cv, NULL);
+    const char *base = strrchr(o->model_dir, '/');
+    snprintf(e->model_name, sizeof e->model_name, "%s", base && base[1] ? base + 1 : o->model_dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+    qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device};
+    if (qrt_tokenizer_load(path, &e->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &e->m) != QRT_OK ||
+        qrt_reuse_init(&e->reuse, e->m, o->ctx, o->prefix_reuse) != QRT_OK) {
+        fprintf(stderr, "qwenrt serve: %s\n", qrt_last_error());
+        qrt_engine_free(e);
+        return NULL;
+    }
+    e->stop_ids[0] = token_id_or_none(e->tok, "<|im_end|>");
+    e->stop_ids[1] = token_id_or_none(e->tok, "<|endoftext|>");
+    e->stop_ids[2] = qrt_model_eos(e->m);
+    if (pthread_create(&e->worker, NULL, worker_main, e)) {
+        fprintf(stderr, "qwenrt serve: cannot start the worker thread\n");
+        qrt_engine_free(e);
+        return NULL;
+    }
+    e->worker_started = 1;
+    return e;
+}
+
+void qrt_engine_free(qrt_engine *e) {
+    if (!e) return;
+    qrt_engine_stop(e);
+    if (e->reuse.s) qrt_reuse_free(&e->reuse);
+    qrt_model_free(e->m);
+    qrt_tokenizer_free(e->tok);
+    pthread_cond_destroy(&e->work_cv), pthread_cond_destroy(&e->out_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+const char *qrt_engine_model_name(const qrt_engine *e) { return e->model_name; }
+int32_t qrt_engine_vocab(const qrt_engine *e) { return qrt_model_vocab(e->m); }
+qrt_chat_dialect qrt_engine_dialect(const qrt_engine *e) { return e->o.dialect; }
+
+/* The prompt's ids: token-id prompts as given, text tokenized (the tokenizer is safe to share). */
+static int prompt_ids(qrt_engine *e, qrt_oa_request *req, int32_t **ids, int32_t *n, char *err, size_t err_size) {
+    if (req->prompt_ids) {
+        *ids = req->prompt_ids, *n = req->n_prompt_ids;
+        req->prompt_ids = NULL;
+        return 1;
+    }
+    size_t count = 0;
+    if (qrt_tokenize(e->tok, req->prompt_text, strlen(req->prompt_text), ids, &count) != QRT_OK) {
+        snprintf(err, err_size, "the prompt cannot be tokenized: %s", qrt_last_error());
+        return 0;
+    }
+    *n = count > INT32_MAX ? INT32_MAX : (int32_t)count;
+    return 1;
+}
+
+qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char *err, size_t err_size) {
+    qrt_job *j = calloc(1, sizeof *j);
+    *status = 500;
+    if (!j) return snprintf(err, err_size, "out of memory"), NULL;
+    j->e = e;
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    j->refs = 2;
+    j->t_submit_ms = qrt_now_ms();
+    *status = 400;
+    if (!prompt_ids(e, &j->req, &j->ids, &j->n_ids, err, err_size)) goto refuse;
+    if (j->n_ids == 0) {
+        snprintf(err, err_size, "the prompt has no tokens");
+        goto refuse;
+    }
+    if (qrt_reuse_room(&e->reuse, j->n_ids, e->o.spec_k) == 0) {
+        snprintf(err, err_size, "the prompt has %d tokens; this server's context is %d (start it with a larger --ctx)",
+                 j->n_ids, e->o.ctx);
+        goto refuse;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->n_waiting >= e->o.queue_max) {
+        pthread_mutex_unlock(&e->mu);
+        *status = 503;
+        if (e->stopping) snprintf(err, err_size, "the server is shutting down");
+        else snprintf(err, err_size, "the server is busy (%d requests queued); retry later", e->o.queue_max);
+        goto refuse;
+    }
+    if (e->tail) e->tail->next = j;
+    else e->head = j;
+    e->tail = j;
+    e->n_waiting++;
+    qrt_metrics_queue_depth(e->metrics, e->n_waiting);
+    pthread_cond_signal(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    return j;
+refuse:
+    j->refs = 1;
+    job_unref_locked(j);
+    return NULL;
+}

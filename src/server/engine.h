@@ -1,0 +1,47 @@
+/* The model side of the server: one worker thread owns the model, the tokenizer's output side and one
+ * session (qrt_reuse), and runs one generation at a time. HTTP threads submit jobs to a bounded queue and
+ * read each job's output (server-sent events, or the whole JSON body) as it grows. */
+#ifndef QRT_SERVER_ENGINE_H
+#define QRT_SERVER_ENGINE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "server/metrics.h"
+#include "server/openai.h"
+
+typedef struct {
+    const char *model_dir, *mtp_dir;
+    int threads, device;
+    int32_t ctx;       /* the session's context in tokens */
+    int spec_k;        /* QRT_SPEC_DEFAULT, 0 or 1..16, for generations that start from an empty session */
+    int prefix_reuse;  /* keep the session between requests (see reuse.h) */
+    int queue_max;     /* requests that may wait while one runs; more get 503 */
+    qrt_chat_dialect dialect;
+} qrt_engine_opts;
+
+typedef struct qrt_engine qrt_engine;
+typedef struct qrt_job qrt_job;
+
+/* Load the model and DIR/tokenizer.json and start the worker; NULL after printing why. */
+qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics);
+/* Cancel every job, wake every reader and join the worker; jobs still held stay readable (and done). */
+void qrt_engine_stop(qrt_engine *e);
+void qrt_engine_free(qrt_engine *e);
+const char *qrt_engine_model_name(const qrt_engine *e);
+int32_t qrt_engine_vocab(const qrt_engine *e);
+qrt_chat_dialect qrt_engine_dialect(const qrt_engine *e);
+
+/* Queue a parsed request (*req is moved into the job). NULL when refused: *status is 400 (the prompt does
+ * not fit), 503 (the queue is full or the server is stopping) or 500, with a message in err. */
+qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char *err, size_t err_size);
+
+/* Streamed jobs: copy up to max new bytes of the event stream, waiting for some; 0 at its end. */
+size_t qrt_job_read(qrt_job *j, char *dst, size_t max);
+/* Whole-body jobs: wait for the end; the body stays valid until qrt_job_release. */
+const char *qrt_job_wait(qrt_job *j, int *status, size_t *len);
+int qrt_job_streamed(const qrt_job *j);
+/* The HTTP side is done with the job; a generation still running for it stops at its next token. */
+void qrt_job_release(qrt_job *j);
+
+#endif

@@ -1,0 +1,84 @@
+/* Prefix reuse across generations (see reuse.h). */
+#include "server/reuse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+qrt_status qrt_reuse_init(qrt_reuse *r, qrt_model *m, int32_t max_ctx, int enabled) {
+    memset(r, 0, sizeof *r);
+    r->m = m, r->max_ctx = max_ctx, r->enabled = enabled;
+    return qrt_session_new(m, max_ctx, &r->s);
+}
+
+void qrt_reuse_free(qrt_reuse *r) {
+    qrt_session_free(r->s);
+    free(r->consumed);
+    memset(r, 0, sizeof *r);
+}
+
+void qrt_reuse_reset(qrt_reuse *r) {
+    qrt_session_reset(r->s);
+    r->n_consumed = 0;
+}
+
+static int effective_k(const qrt_reuse *r, int spec_k) {
+    return spec_k == QRT_SPEC_DEFAULT ? (r->m->mtp.present ? 6 : 0) : spec_k;
+}
+
+/* qrt_generate needs prompt + max_new - 1 positions, and a speculative cycle K more. */
+static int32_t room_from(const qrt_reuse *r, int32_t pos, int32_t n, int K) {
+    int64_t room = (int64_t)r->max_ctx - pos - n + 1 - K;
+    return room < 0 ? 0 : (int32_t)room;
+}
+
+int32_t qrt_reuse_room(const qrt_reuse *r, int32_t n, int spec_k) {
+    return room_from(r, 0, n, effective_k(r, spec_k));
+}
+
+/* How many of ids the kept state covers: all it consumed when that is a strict prefix, else 0. */
+static int32_t kept_prefix(const qrt_reuse *r, const int32_t *ids, int32_t n) {
+    if (!r->enabled || r->n_consumed == 0 || r->n_consumed >= n) return 0;
+    if (memcmp(ids, r->consumed, (size_t)r->n_consumed * sizeof *ids)) return 0;
+    return r->n_consumed;
+}
+
+/* Remember what the session now holds: the first pos ids of prompt + output. When the session moved past
+ * what we can name (a speculative cycle stopped mid-way), it is reset instead. */
+static void remember(qrt_reuse *r, const int32_t *ids, int32_t n, const int32_t *out, int32_t n_out) {
+    int32_t pos = qrt_session_pos(r->s);
+    if (pos > n + n_out || (pos > r->cap && !(r->consumed = realloc(r->consumed, (size_t)(r->cap = pos) * sizeof(int32_t))))) {
+        r->cap = 0;
+        qrt_reuse_reset(r);
+        return;
+    }
+    int32_t from_prompt = pos < n ? pos : n;
+    memcpy(r->consumed, ids, (size_t)from_prompt * sizeof *ids);
+    if (pos > n) memcpy(r->consumed + n, out, (size_t)(pos - n) * sizeof *out);
+    r->n_consumed = pos;
+}
+
+qrt_status qrt_reuse_generate(qrt_reuse *r, const int32_t *ids, int32_t n, qrt_gen_opts *opts, int32_t *out,
+                              qrt_gen_stats *stats, int32_t *reused) {
+    int32_t keep = kept_prefix(r, ids, n);
+    int K = effective_k(r, opts->spec_k);
+    /* continuing wins unless it leaves less room than the generation asked for and a fresh start would not */
+    if (keep && room_from(r, keep, n - keep, 0) < opts->max_new && room_from(r, 0, n, K) > room_from(r, keep, n - keep, 0))
+        keep = 0;
+    if (!keep) qrt_reuse_reset(r);
+    int32_t room = room_from(r, keep, n - keep, keep ? 0 : K);
+    if (room == 0) return qrt_fail(QRT_ERR_CONTEXT, "the prompt (%d tokens) does not fit the context of %d; start the "
+                                   "server with a larger --ctx", n, r->max_ctx);
+    if (opts->max_new > room) opts->max_new = room;
+    qrt_gen_opts go = *opts;
+    if (keep) go.spec_k = 0;
+    *reused = keep;
+    qrt_status st = qrt_generate(r->s, ids + keep, n - keep, &go, out, stats);
+    if (st != QRT_OK) {
+        qrt_reuse_reset(r);
+        return st;
+    }
+    remember(r, ids, n, out, stats->n_new);
+    return QRT_OK;
+}

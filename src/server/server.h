@@ -1,0 +1,19 @@
+/* `qwenrt serve`: the OpenAI-compatible HTTP server (http.c) over the engine (engine.c). */
+#ifndef QRT_SERVER_H
+#define QRT_SERVER_H
+
+#include <stddef.h>
+
+#include "server/engine.h"
+
+typedef struct {
+    qrt_engine_opts engine;
+    const char *host; /* an IPv4 address to bind */
+    int port;         /* 0: any free port (printed) */
+    size_t max_body;  /* bytes; larger request bodies get 413 */
+} qrt_serve_opts;
+
+/* Run until SIGINT or SIGTERM; returns a process exit code. */
+int qrt_serve(const qrt_serve_opts *o);
+
+#endif
