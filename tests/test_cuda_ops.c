@@ -385,7 +385,9 @@ static void test_elementwise(size_t n, uint64_t seed) {
     check(what, ad, ref, n, 0);
     /* split_rows as attention uses it: rows of [query | gate], here with unequal halves too */
     const int wa = 24, wb = 8, rows = (int)(n / (wa + wb));
-    float *xd = dev_in(b, n), *ya = malloc(sizeof(float) * n), *yad = dev_out(n), *ybd = dev_out(n);
+    /* outputs sized exactly, so the guard bands behind them catch a write past the end */
+    float *xd = dev_in(b, n), *ya = malloc(sizeof(float) * n), *yad = dev_out((size_t)rows * wa),
+          *ybd = dev_out((size_t)rows * wb);
     cpu->split_rows(b, rows, wa, wb, ya, ref);
     gpu->split_rows(xd, rows, wa, wb, yad, ybd);
     snprintf(what, sizeof what, "split_rows rows=%d %d|%d (second part)", rows, wa, wb);
