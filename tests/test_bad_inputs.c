@@ -181,24 +181,25 @@ int main(int argc, char **argv) {
     fresh_copy();
     set_len(16);
     expect("header not JSON", QRT_ERR_FORMAT, "model.safetensors", "JSON");
-    fresh_copy();
-    edit_header(offsets_past_end);
-    expect("offsets out of range", QRT_ERR_FORMAT, "model.norm.weight", "data_offsets");
-    fresh_copy();
-    edit_header(size_mismatch);
-    expect("offsets disagree with shape", QRT_ERR_FORMAT, "model.norm.weight", "bytes");
-    fresh_copy();
-    edit_header(unknown_dtype);
-    expect("unknown dtype", QRT_ERR_FORMAT, "model.norm.weight", "Q4");
-    fresh_copy();
-    edit_header(wrong_dtype);
-    expect("wrong dtype", QRT_ERR_WEIGHTS, "model.norm.weight", "I32");
-    fresh_copy();
-    edit_header(wrong_shape);
-    expect("wrong shape", QRT_ERR_WEIGHTS, "model.layers.1.mlp.gate_proj.weight", "expected [256, 128]");
-    fresh_copy();
-    edit_header(drop_tensor);
-    expect("missing tensor", QRT_ERR_WEIGHTS, "model.layers.2.self_attn.k_norm.weight", "missing");
+    /* header edits: each breaks one field of one tensor's entry */
+    static const struct {
+        const char *what;
+        void (*edit)(json_t *hdr);
+        qrt_status want;
+        const char *needle1, *needle2;
+    } header_cases[] = {
+        {"offsets out of range", offsets_past_end, QRT_ERR_FORMAT, "model.norm.weight", "data_offsets"},
+        {"offsets disagree with shape", size_mismatch, QRT_ERR_FORMAT, "model.norm.weight", "bytes"},
+        {"unknown dtype", unknown_dtype, QRT_ERR_FORMAT, "model.norm.weight", "Q4"},
+        {"wrong dtype", wrong_dtype, QRT_ERR_WEIGHTS, "model.norm.weight", "I32"},
+        {"wrong shape", wrong_shape, QRT_ERR_WEIGHTS, "model.layers.1.mlp.gate_proj.weight", "expected [256, 128]"},
+        {"missing tensor", drop_tensor, QRT_ERR_WEIGHTS, "model.layers.2.self_attn.k_norm.weight", "missing"},
+    };
+    for (size_t i = 0; i < sizeof header_cases / sizeof header_cases[0]; i++) {
+        fresh_copy();
+        edit_header(header_cases[i].edit);
+        expect(header_cases[i].what, header_cases[i].want, header_cases[i].needle1, header_cases[i].needle2);
+    }
 
     /* a shard index that names a tensor its shard lacks */
     fresh_copy();
