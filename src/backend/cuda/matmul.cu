@@ -35,7 +35,8 @@
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
  * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 512
- * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0. */
+ * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0.
+ * Groups (prepare_group, end of file): the NVFP4 parts of a group in one allocation, one mma launch for all. */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -1167,23 +1168,24 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
 }
 
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    if (!g->fused) { /* not laid out together (mixed formats, fewer than two NVFP4 parts) */
+        for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
+        return;
+    }
     int in_fused[QRT_GROUP_MAX];
     int64_t tile_begin[QRT_GROUP_MAX + 1], K;
-    const int count = g->fused ? fp4_group_layout(g, in_fused, tile_begin, &K) : 0;
-    const int64_t rows = count ? tile_begin[count] * 16 : 0;
+    const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
+    const int64_t rows = tile_begin[count] * 16;
     const uint8_t *codes = (const uint8_t *)g->fused;
     const uint8_t *scales = codes + (size_t)rows * (size_t)(qrt_nvfp4_row_elems(K) / 2);
     /* The variant is picked for the fused shape (all rows); the autotuner and the forcing work on it as on a
      * linear. A forced scalar-family variant has no segmented kernel: the parts then run one by one. */
-    int variant = -1;
-    if (count) {
-        qrt_linear all;
-        memset(&all, 0, sizeof all);
-        all.fmt = QRT_WF_NVFP4, all.n = rows, all.k = K, all.data = codes, all.scales = scales, all.scale2 = 1.0f;
-        all.name = "fused group";
-        variant = qrt_nvfp4_pick(&all, T);
-    }
-    if (variant < 0 || variant >= FP4_MMA_VARIANTS) {
+    qrt_linear all;
+    memset(&all, 0, sizeof all);
+    all.fmt = QRT_WF_NVFP4, all.n = rows, all.k = K, all.data = codes, all.scales = scales, all.scale2 = 1.0f;
+    all.name = "fused group";
+    const int variant = qrt_nvfp4_pick(&all, T);
+    if (variant >= FP4_MMA_VARIANTS) {
         for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
         return;
     }
