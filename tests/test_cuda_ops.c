@@ -260,6 +260,97 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
     gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
 }
 
+/* ---- fused projection groups (matmul_group) --------------------------------------------------------- */
+
+/* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
+ * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
+ * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. */
+static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, uint64_t seed) {
+    qrt_linear host[QRT_GROUP_MAX], alone[QRT_GROUP_MAX], grouped[QRT_GROUP_MAX];
+    void *mem[QRT_GROUP_MAX][2];
+    char shape[96];
+    int at = snprintf(shape, sizeof shape, "K=%lld N=", (long long)K);
+    for (int i = 0; i < n; i++) {
+        const int bf16 = (bf16_mask >> i) & 1;
+        at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld%s", i ? "," : "", (long long)N[i],
+                       bf16 ? "(bf16)" : "");
+        const size_t elems = (size_t)N[i] * (size_t)K;
+        if (bf16) {
+            uint16_t *w = malloc(sizeof(uint16_t) * elems);
+            for (size_t j = 0; j < elems; j++) w[j] = qrt_f32_to_bf16(urand(seed * 31 + (uint64_t)i, j, -0.1f, 0.1f));
+            mem[i][0] = w, mem[i][1] = NULL;
+            host[i] = (qrt_linear){.fmt = QRT_WF_BF16, .n = N[i], .k = K, .data = w, .name = "group bf16 part"};
+        } else {
+            uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
+            for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 1000003u + j);
+            for (size_t j = 0; j < elems / 16; j++) {
+                uint64_t r = mix64(seed * 13 + (uint64_t)i * 1000003u + j);
+                scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
+            }
+            mem[i][0] = codes, mem[i][1] = scales;
+            /* a different scale2 per part: the fused launch must keep each part's own */
+            host[i] = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N[i], .k = K, .data = codes, .scales = scales,
+                                   .scale2 = 0.0123f * (float)(i + 1), .name = "group nvfp4 part"};
+        }
+        alone[i] = grouped[i] = host[i];
+        if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&grouped[i]) != QRT_OK) {
+            printf("FAIL prepare_linear group part: %s\n", qrt_last_error());
+            failures++;
+            return;
+        }
+    }
+    qrt_linear_group hg = {n, {NULL}, NULL}, g = {n, {NULL}, NULL};
+    for (int i = 0; i < n; i++) hg.part[i] = &host[i], g.part[i] = &grouped[i];
+    if (cpu->prepare_group(&hg) != QRT_OK || gpu->prepare_group(&g) != QRT_OK) {
+        printf("FAIL prepare_group: %s\n", qrt_last_error());
+        failures++;
+        return;
+    }
+    const int fused_expected = n - __builtin_popcount(bf16_mask) >= 2;
+    checks++;
+    if (!!g.fused != fused_expected) {
+        failures++;
+        printf("FAIL group %s: fused is %s, expected %s\n", shape, g.fused ? "set" : "NULL",
+               fused_expected ? "set" : "NULL");
+    }
+    for (int ti = 0; ti < nT; ti++) {
+        const int T = Ts[ti];
+        float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
+        float *xd = dev_in(x, (size_t)T * K);
+        float *y_group[QRT_GROUP_MAX], *y_cpu[QRT_GROUP_MAX];
+        for (int i = 0; i < n; i++) {
+            y_group[i] = dev_out((size_t)T * N[i]);
+            y_cpu[i] = malloc(sizeof(float) * (size_t)T * N[i]);
+        }
+        gpu->matmul_group(&g, xd, T, y_group);
+        cpu->matmul_group(&hg, x, T, y_cpu);
+        for (int i = 0; i < n; i++) {
+            const size_t len = (size_t)T * N[i];
+            char what[160];
+            snprintf(what, sizeof what, "group %s T=%d part %d vs cpu", shape, T, i);
+            float *yg = check_dev(what, y_group[i], NULL, y_cpu[i], len, 5e-6);
+            float *yd = dev_out(len);
+            gpu->matmul(&alone[i], xd, T, yd);
+            float *ya = download(yd, len);
+            snprintf(what, sizeof what, "  part %d same bits as matmul on it alone", i);
+            expect_same_bits(what, yg, ya, len);
+            gpu->matmul(&grouped[i], xd, T, yd);
+            free(ya);
+            ya = download(yd, len);
+            snprintf(what, sizeof what, "  part %d same bits as matmul on the grouped part", i);
+            expect_same_bits(what, yg, ya, len);
+            free(ya), free(yg), gpu->free(yd), gpu->free(y_group[i]), free(y_cpu[i]);
+        }
+        gpu->free(xd), free(x);
+    }
+    for (int i = 0; i < n; i++) {
+        gpu->free((void *)alone[i].data), gpu->free((void *)alone[i].scales);
+        if (!g.fused || grouped[i].fmt != QRT_WF_NVFP4) gpu->free((void *)grouped[i].data), gpu->free((void *)grouped[i].scales);
+        free(mem[i][0]), free(mem[i][1]);
+    }
+    gpu->free(g.fused);
+}
+
 /* ---- the other ops ------------------------------------------------------------------------------- */
 
 static void test_rmsnorm(int rows, int n, uint64_t seed) {
@@ -473,6 +564,20 @@ int main(int argc, char **argv) {
     test_nvfp4(37, 48, Tf, 5, 65);
     test_nvfp4(5, 16, Tf, 5, 66);
     test_nvfp4(130, 1024, Tf, 5, 67);
+    /* fused projection groups: the 27B's GDN in_proj qkv|z|b|a, attention q|k|v, MLP gate|up; odd shapes (rows
+     * not multiples of 16, K % 32 == 16); a mixed group (the BF16 part runs alone); a single NVFP4 part */
+    {
+        const int Tg[] = {1, 7};
+        const int64_t gdn[] = {10240, 6144, 48, 48}, attn[] = {12288, 1024, 1024}, mlp[] = {17408, 17408};
+        const int64_t odd[] = {37, 5, 130, 16}, odd2[] = {1000, 17}, mixed[] = {100, 33, 50}, one[] = {21, 9};
+        test_group(gdn, 4, 5120, 0, Tg, 2, 141);
+        test_group(attn, 3, 5120, 0, Tg, 2, 142);
+        test_group(mlp, 2, 5120, 0, Tg, 2, 143);
+        test_group(odd, 4, 176, 0, Tf, 5, 144);
+        test_group(odd2, 2, 48, 0, Tf, 5, 145);
+        test_group(mixed, 3, 1024, 2, Tf, 5, 146);
+        test_group(one, 2, 512, 1, Tg, 2, 147);
+    }
     /* norms */
     test_rmsnorm(7, 5120, 71);
     test_rmsnorm(7 * 24, 256, 72);

@@ -14,6 +14,16 @@ typedef struct {
     float *ks, *vs;  /* [C][Hkv], FP8 only */
 } qrt_kv;
 
+/* Projections that read the same input x (GDN in_proj qkv|z|b|a, attention q|k|v, MLP gate|up), run as one op
+ * so a backend can make them one launch. The parts stay ordinary linears, usable alone with matmul. */
+#define QRT_GROUP_MAX 4
+typedef struct {
+    int n;                          /* parts, 1..QRT_GROUP_MAX, all with the same K */
+    qrt_linear *part[QRT_GROUP_MAX];
+    void *fused; /* backend memory holding every part's rows when prepare_group laid them out together; NULL
+                  * when the parts run one by one (the CPU, mixed formats) */
+} qrt_linear_group;
+
 typedef struct qrt_backend {
     const char *name;
     void *(*alloc)(size_t bytes); /* zeroed; NULL + qrt_fail on failure */
@@ -25,11 +35,17 @@ typedef struct qrt_backend {
     /* Called once per weight at load: move it into backend memory in the layout the backend's matmul wants
      * (the CPU reads the checkpoint's mapping in place and does nothing). */
     qrt_status (*prepare_linear)(qrt_linear *w);
+    /* Called once per group at load, after prepare_linear of each part: may move the parts' rows into one
+     * allocation (repointing each part's data and scales into it). */
+    qrt_status (*prepare_group)(qrt_linear_group *g);
 
     /* out[t] = f32(E[ids[t]]) for a [V][D] embedding table; ids is host memory. */
     void (*embed)(const qrt_linear *E, const int32_t *ids, int T, float *out /* [T][D] */);
     /* y = x · Wᵀ */
     void (*matmul)(const qrt_linear *W, const float *x /* [T][K] */, int T, float *y /* [T][N] */);
+    /* y[i] = x · part[i]ᵀ for every part, bit-identical to matmul on each part (y: host array of n pointers). */
+    void (*matmul_group)(const qrt_linear_group *g, const float *x /* [T][K] */, int T,
+                         float *const *y /* y[i]: [T][N_i] */);
     /* y = x · rsqrt(mean(x²) + eps) · w, per row of n; w already holds (1 + w) for zero-centred norms. */
     void (*rmsnorm)(const float *x, const float *w /* [n] */, int rows, int n, float eps, float *y);
     /* Gated DeltaNet output norm: y = w · (x · rsqrt(mean(x²) + eps)) · silu(z), per row of n. */

@@ -136,7 +136,30 @@ static qrt_status prepare_layer(qrt_model *m, qrt_layer *l) {
                          &l->q, &l->k, &l->v, &l->o};
     for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
         if (lin[j]->data) QRT_TRY(m->be->prepare_linear(lin[j]));
+    return qrt_layer_prepare_groups(m->be, l);
+}
+
+static void group_of(qrt_linear_group *g, int n, qrt_linear *a, qrt_linear *b, qrt_linear *c, qrt_linear *d) {
+    *g = (qrt_linear_group){n, {a, b, c, d}, NULL};
+}
+
+qrt_status qrt_layer_prepare_groups(const qrt_backend *be, qrt_layer *l) {
+    /* the order of the parts is the order of the outputs in gdn_block / attention_block / mlp_block */
+    if (l->in_qkv.data) group_of(&l->mixer_in, 4, &l->in_qkv, &l->in_z, &l->in_b, &l->in_a);
+    else group_of(&l->mixer_in, 3, &l->q, &l->k, &l->v, NULL);
+    group_of(&l->mlp_in, 2, &l->gate, &l->up, NULL, NULL);
+    if (be->prepare_group) {
+        QRT_TRY(be->prepare_group(&l->mixer_in));
+        QRT_TRY(be->prepare_group(&l->mlp_in));
+    }
     return QRT_OK;
+}
+
+/* y[i] = x · part[i]ᵀ: one op when the backend has it, else the parts one by one (the same results). */
+static void matmul_group(const qrt_backend *be, const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    if (be->matmul_group) be->matmul_group(g, x, T, y);
+    else
+        for (int i = 0; i < g->n; i++) be->matmul(g->part[i], x, T, y[i]);
 }
 
 static void rebase_layer(qrt_layer *l, const float *host, float *dev) {
@@ -421,10 +444,8 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
     const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv, cd = m->conv_dim;
-    be->matmul(&l->in_qkv, sc->x, T, sc->mixed);
-    be->matmul(&l->in_z, sc->x, T, sc->z);
-    be->matmul(&l->in_b, sc->x, T, sc->b);
-    be->matmul(&l->in_a, sc->x, T, sc->a);
+    float *const outs[] = {sc->mixed, sc->z, sc->b, sc->a}; /* in_qkv, in_z, in_b, in_a */
+    matmul_group(be, &l->mixer_in, sc->x, T, outs);
     if (s->recording) {
         be->copy(ls->S_snap, ls->S, sizeof(float) * Hv * Dk * Dv);
         be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
@@ -450,10 +471,9 @@ static void attention_block(qrt_session *s, const qrt_layer *l, const qrt_kv *kv
     const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
-    be->matmul(&l->q, sc->x, T, sc->qg);
+    float *const outs[] = {sc->qg, sc->ak, sc->av}; /* q, k, v */
+    matmul_group(be, &l->mixer_in, sc->x, T, outs);
     be->split_rows(sc->qg, T * Hq, Dh, Dh, sc->aq, sc->agate); /* q_proj rows are per head [query | gate] */
-    be->matmul(&l->k, sc->x, T, sc->ak);
-    be->matmul(&l->v, sc->x, T, sc->av);
     be->rmsnorm(sc->aq, l->q_norm, T * Hq, Dh, c->rms_eps, sc->aq);
     be->rmsnorm(sc->ak, l->k_norm, T * Hkv, Dh, c->rms_eps, sc->ak);
     be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, pos);
@@ -468,8 +488,8 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     const qrt_model *m = s->m;
     qrt_scratch *sc = &s->sc;
     const size_t F = (size_t)m->cfg.intermediate;
-    m->be->matmul(&l->gate, sc->x, T, sc->mg);
-    m->be->matmul(&l->up, sc->x, T, sc->mu);
+    float *const outs[] = {sc->mg, sc->mu}; /* gate, up */
+    matmul_group(m->be, &l->mlp_in, sc->x, T, outs);
     m->be->swiglu(sc->mg, sc->mu, (size_t)T * F, sc->mg);
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }

@@ -29,7 +29,13 @@ typedef struct {
     float *in_norm, *post_norm; /* [D], 1 + w */
     qrt_linear gate, up; /* [F, D] */
     qrt_linear down;     /* [D, F] */
+    /* The projections of the block input x, run as one matmul_group each (parts point into this layer):
+     * LINEAR: in_qkv, in_z, in_b, in_a; FULL: q, k, v. mlp_in: gate, up. Made by qrt_layer_prepare_groups. */
+    qrt_linear_group mixer_in, mlp_in;
 } qrt_layer;
+
+/* Fill l's groups from its linears (already through prepare_linear) and hand them to be->prepare_group. */
+qrt_status qrt_layer_prepare_groups(const qrt_backend *be, qrt_layer *l);
 
 /* The MTP head (MODEL.md §3): one full-attention decoder layer behind a projection of
  * [norm(embedding), norm(hidden)]; it shares the main model's embedding and lm_head. */

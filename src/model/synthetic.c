@@ -219,7 +219,7 @@ static qrt_status make_layer(builder *b, qrt_layer *l, qrt_layer_kind kind, vec_
         l->q_norm = make_vector(vc, (size_t)Dh, V_NORM);
         l->k_norm = make_vector(vc, (size_t)Dh, V_NORM);
     }
-    return QRT_OK;
+    return qrt_layer_prepare_groups(b->m->be, l);
 }
 
 static qrt_status parse_format(const char *format, qrt_wformat *out) {

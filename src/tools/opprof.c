@@ -65,6 +65,15 @@ static void t_embed(const qrt_linear *E, const int32_t *ids, int T, float *out) 
 static void t_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     TIMED(matmul_cat(W), qrt_linear_bytes(W), real->matmul(W, x, T, y));
 }
+/* A group is one op on the GPU (one launch for its NVFP4 parts): timed as one, in its first part's category. */
+static uint64_t group_bytes(const qrt_linear_group *g) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < g->n; i++) bytes += qrt_linear_bytes(g->part[i]);
+    return bytes;
+}
+static void t_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    TIMED(matmul_cat(g->part[0]), group_bytes(g), real->matmul_group(g, x, T, y));
+}
 static void t_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
     TIMED(QRT_OPCAT_OTHER, 0, real->rmsnorm(x, w, rows, n, eps, y));
 }
@@ -101,11 +110,12 @@ static void t_add(float *y, const float *x, size_t n) { TIMED(QRT_OPCAT_OTHER, 0
 const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     real = r;
     on_cuda = !strcmp(r->name, "cuda");
-    timed = *r; /* alloc, free and prepare_linear pass through untimed */
+    timed = *r; /* alloc, free, prepare_linear and prepare_group pass through untimed */
     timed.copy = t_copy, timed.zero = t_zero, timed.upload = t_upload, timed.download = t_download;
     timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm, timed.rmsnorm_gated = t_rmsnorm_gated;
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.rope = t_rope, timed.attention = t_attention;
     timed.kv_store = t_kv_store, timed.split_rows = t_split_rows;
+    if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
     timed.swiglu = t_swiglu, timed.sigmoid_mul = t_sigmoid_mul, timed.add = t_add;
     return &timed;
 }

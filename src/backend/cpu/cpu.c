@@ -59,6 +59,17 @@ static void cpu_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     for (int64_t r = 0; r < N; r++) matmul_row(W, r, x, T, y);
 }
 
+/* Nothing to lay out: the CPU reads each part in place. */
+static qrt_status cpu_prepare_group(qrt_linear_group *g) {
+    g->fused = NULL;
+    return QRT_OK;
+}
+
+/* The parts one by one: exactly matmul on each, so the results are those of the ungrouped calls. */
+static void cpu_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    for (int i = 0; i < g->n; i++) cpu_matmul(g->part[i], x, T, y[i]);
+}
+
 static void cpu_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
 #pragma omp parallel for schedule(static) if ((int64_t)rows * n >= PARALLEL_MIN_WORK)
     for (int r = 0; r < rows; r++) {
@@ -399,8 +410,10 @@ static const qrt_backend cpu_backend = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .prepare_linear = cpu_prepare_linear,
+    .prepare_group = cpu_prepare_group,
     .embed = cpu_embed,
     .matmul = cpu_matmul,
+    .matmul_group = cpu_matmul_group,
     .rmsnorm = cpu_rmsnorm,
     .rmsnorm_gated = cpu_rmsnorm_gated,
     .conv1d_silu = cpu_conv1d_silu,

@@ -161,6 +161,8 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->prepare_linear = cuda_prepare_linear;
         b->embed = cuda_embed;
         b->matmul = qrt_cuda_matmul;
+        b->prepare_group = qrt_cuda_prepare_group;
+        b->matmul_group = qrt_cuda_matmul_group;
         b->rmsnorm = qrt_cuda_rmsnorm;
         b->rmsnorm_gated = qrt_cuda_rmsnorm_gated;
         b->conv1d_silu = qrt_cuda_conv1d_silu;

@@ -74,6 +74,8 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf
 /* Launchers, one per op, defined in the op family's .cu file. Pointers are device memory. */
 void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
+qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
+void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y);
 void qrt_cuda_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y);
 void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y);

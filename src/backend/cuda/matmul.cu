@@ -35,7 +35,8 @@
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
  * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 512
- * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0. */
+ * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0.
+ * Groups (prepare_group, end of file): the NVFP4 parts of a group in one allocation, one mma launch for all. */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -719,17 +720,40 @@ __device__ __forceinline__ void fp4_slice_mma_ilv(const fp4_slice_regs &cur, con
  * STAGES = 0: each slice loaded into registers right before use; STAGES ≥ 2: a cp.async ring of that many
  * slices per warp in dynamic shared memory (STAGES − 1 slices in flight while one is computed).
  * ILV: interleave the four chunk steps' mma chains (same bits, more registers). */
+/* The weights one fp4_mma launch covers: one linear, or the parts of a fused group (matmul_group) whose rows lie
+ * one after another in one allocation, each part's rows padded to whole 16-row tiles, so a tile never spans two
+ * parts. Each row keeps its part's scale2 and is written to its part's output; its reduction is unchanged, so a
+ * fused launch gives the same bits as one launch per part. */
+typedef struct {
+    int count;
+    int64_t tile_begin[QRT_GROUP_MAX + 1]; /* first tile of each part; tile_begin[count] = tiles in all */
+    int64_t rows[QRT_GROUP_MAX];           /* N of each part */
+    float scale2[QRT_GROUP_MAX];
+    float *y[QRT_GROUP_MAX];               /* [T][rows[i]] */
+} fp4_segments;
+
 template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /* [N][Kp/2] */,
-                                                          const uint8_t *scales /* [N][Kp/16] */, float scale2,
-                                                          int64_t N, int64_t K, const uint4 *xf, const float *xscale,
-                                                          int64_t S, int T, float *y /* [T][N] */) {
+__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes_all /* [tiles·16][Kp/2] */,
+                                                          const uint8_t *scales_all /* [tiles·16][Kp/16] */,
+                                                          const fp4_segments seg, int64_t K, const uint4 *xf,
+                                                          const float *xscale, int64_t S, int T) {
     constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
     __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
     extern __shared__ __align__(16) uint8_t fp4_stages[]; /* [warps][STAGES][FP4_STAGE_BYTES] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
     const int g = lane >> 2, c = lane & 3;
-    const int64_t row0 = ((int64_t)blockIdx.x * TPB + tile_in_block) * 16;
+    /* this warp's tile, and the part it belongs to (tiles past the last part: the last part, rows past N) */
+    const int64_t tile = (int64_t)blockIdx.x * TPB + tile_in_block;
+    int p = 0;
+#pragma unroll
+    for (int i = 1; i < QRT_GROUP_MAX; i++)
+        if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
+    const int64_t N = seg.rows[p], first_row = seg.tile_begin[p] * 16;
+    const float scale2 = seg.scale2[p];
+    float *const y = seg.y[p];
+    const int64_t row0 = (tile - seg.tile_begin[p]) * 16; /* within the part */
+    const uint8_t *codes = codes_all + first_row * (qrt_nvfp4_row_elems(K) / 2);
+    const uint8_t *scales = scales_all + first_row * (qrt_nvfp4_row_elems(K) / 16);
     /* rows past N are computed (clamped) and not stored, so every warp reaches the barriers */
     const int64_t ra = row0 + g < N ? row0 + g : N - 1, rb = row0 + g + 8 < N ? row0 + g + 8 : N - 1;
     const int64_t Kp = qrt_nvfp4_row_elems(K); /* whole slices: S · 512 */
@@ -842,9 +866,23 @@ __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes /
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
 
+/* One linear as a single segment. */
+static fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
+    fp4_segments seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = 1;
+    seg.tile_begin[1] = (W->n + 15) / 16;
+    seg.rows[0] = W->n;
+    seg.scale2[0] = W->scale2;
+    seg.y[0] = y;
+    return seg;
+}
+
+/* codes, scales: the rows of every segment (W's data and scales for one linear, the fused group's otherwise). */
 template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
-    const int64_t K = W->k, Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
+static void launch_mma(const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg, int64_t K,
+                       const float *x, int T) {
+    const int64_t Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
     const int64_t TG = (T + 7) / 8;
     const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
     if (bytes > xf_cap) {
@@ -863,16 +901,28 @@ static void launch_mma(const qrt_linear *W, const float *x, int T, float *y) {
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = true;
     }
-    const unsigned grid = qrt_grid((size_t)(W->n + 15) / 16, TPB);
-    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>((const uint8_t *)W->data,
-                                                                   (const uint8_t *)W->scales, W->scale2, W->n, K,
-                                                                   xf_buf, xscale, S, T, y);
+    const unsigned grid = qrt_grid((size_t)seg.tile_begin[seg.count], TPB);
+    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>(codes, scales, seg, K, xf_buf, xscale, S, T);
 }
 
 template <int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma_t(const qrt_linear *W, const float *x, int T, float *y) {
-    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(W, x, T, y);
-    else launch_mma<2, WPT, TPB, STAGES, ILV>(W, x, T, y);
+static void launch_mma_t(const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg, int64_t K,
+                         const float *x, int T) {
+    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(codes, scales, seg, K, x, T);
+    else launch_mma<2, WPT, TPB, STAGES, ILV>(codes, scales, seg, K, x, T);
+}
+
+/* Mma-family variant v (< FP4_MMA_VARIANTS) over the segments. */
+static void launch_mma_variant(int v, const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg,
+                               int64_t K, const float *x, int T) {
+    switch (v) {
+    case 0: launch_mma_t<1, 4, 0, false>(codes, scales, seg, K, x, T); break;
+    case 1: launch_mma_t<4, 1, 0, false>(codes, scales, seg, K, x, T); break;
+    case 2: launch_mma_t<1, 4, 0, true>(codes, scales, seg, K, x, T); break;
+    case 3: launch_mma_t<4, 1, 0, true>(codes, scales, seg, K, x, T); break;
+    case 4: launch_mma_t<1, 4, 4, true>(codes, scales, seg, K, x, T); break;
+    default: launch_mma_t<4, 1, 4, true>(codes, scales, seg, K, x, T); break;
+    }
 }
 
 /* Variant table: the mma family first (one reduction order, autotuned), then the scalar family (its own order,
@@ -915,14 +965,10 @@ extern "C" int qrt_nvfp4_variant_order(int v) { return v < FP4_MMA_VARIANTS ? 0 
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    switch (v) {
-    case 0: launch_mma_t<1, 4, 0, false>(W, x, T, y); break;
-    case 1: launch_mma_t<4, 1, 0, false>(W, x, T, y); break;
-    case 2: launch_mma_t<1, 4, 0, true>(W, x, T, y); break;
-    case 3: launch_mma_t<4, 1, 0, true>(W, x, T, y); break;
-    case 4: launch_mma_t<1, 4, 4, true>(W, x, T, y); break;
-    case 5: launch_mma_t<4, 1, 4, true>(W, x, T, y); break;
-    default: {
+    if (v < FP4_MMA_VARIANTS) {
+        launch_mma_variant(v, (const uint8_t *)W->data, (const uint8_t *)W->scales, fp4_one_segment(W, y), W->k, x,
+                           T);
+    } else {
         const int s = v - FP4_MMA_VARIANTS;
         int64_t G;
         const float4 *xp = permute_x(x, W->k, T, 32, &G);
@@ -932,7 +978,6 @@ extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float
         case 4: launch_fp4_tt<4>(s, W, xp, G, T, y); break;
         default: launch_fp4_tt<8>(s, W, xp, G, T, y); break;
         }
-    }
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -1062,4 +1107,102 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     case QRT_WF_NVFP4: qrt_nvfp4_matmul_variant(qrt_nvfp4_pick(W, T), W, x, T, y); break;
     default: QRT_ASSERT(!"weight format without a CUDA matmul (prepare_linear refuses it)");
     }
+}
+
+/* ---- fused groups ------------------------------------------------------------------------------------
+ * The NVFP4 parts of a group (in part order) are laid out in one allocation: codes of every row, then scales of
+ * every row, each part's rows starting at a 16-row tile boundary (rows between parts are zero and never stored).
+ * Each part's data and scales point into it, so it still runs alone with the same layout prepare_linear gives. */
+
+/* Which parts are fused (NVFP4 with the first such part's K) and their first tiles; returns the fused count and
+ * writes the total tiles to tile_begin[count]. */
+static int fp4_group_layout(const qrt_linear_group *g, int in_fused[QRT_GROUP_MAX],
+                            int64_t tile_begin[QRT_GROUP_MAX + 1], int64_t *K_out) {
+    int count = 0;
+    int64_t K = -1, tiles = 0;
+    for (int i = 0; i < g->n; i++) {
+        const qrt_linear *w = g->part[i];
+        in_fused[i] = w->fmt == QRT_WF_NVFP4 && (K < 0 || w->k == K);
+        if (!in_fused[i]) continue;
+        K = w->k;
+        tile_begin[count++] = tiles;
+        tiles += (w->n + 15) / 16;
+    }
+    tile_begin[count] = tiles;
+    *K_out = K;
+    return count;
+}
+
+qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
+    g->fused = NULL;
+    int in_fused[QRT_GROUP_MAX];
+    int64_t tile_begin[QRT_GROUP_MAX + 1], K;
+    const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
+    if (count < 2) return QRT_OK; /* nothing to fuse: the parts run one by one */
+    const int64_t Kp = qrt_nvfp4_row_elems(K), rows = tile_begin[count] * 16;
+    const size_t code_bytes = (size_t)rows * (size_t)(Kp / 2), bytes = code_bytes + (size_t)rows * (size_t)(Kp / 16);
+    uint8_t *fused = NULL;
+    cudaError_t e = cudaMalloc(&fused, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the fused projections failed: %s",
+                        g->part[0]->name ? g->part[0]->name : "?", bytes / 1e6, cudaGetErrorString(e));
+    }
+    QRT_CUDA_CHECK(cudaMemset(fused, 0, bytes));
+    for (int i = 0, j = 0; i < g->n; i++) {
+        if (!in_fused[i]) continue;
+        qrt_linear *w = g->part[i];
+        uint8_t *codes = fused + (size_t)tile_begin[j] * 16 * (size_t)(Kp / 2);
+        uint8_t *scales = fused + code_bytes + (size_t)tile_begin[j] * 16 * (size_t)(Kp / 16);
+        j++;
+        QRT_CUDA_CHECK(cudaMemcpy(codes, w->data, (size_t)w->n * (size_t)(Kp / 2), cudaMemcpyDeviceToDevice));
+        QRT_CUDA_CHECK(cudaMemcpy(scales, w->scales, (size_t)w->n * (size_t)(Kp / 16), cudaMemcpyDeviceToDevice));
+        /* prepare_linear's copies are no longer needed: the part now reads its rows in the fused allocation */
+        QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->data)));
+        QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->scales)));
+        w->data = codes;
+        w->scales = scales;
+    }
+    g->fused = fused;
+    return QRT_OK;
+}
+
+void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    if (!g->fused) { /* not laid out together (mixed formats, fewer than two NVFP4 parts) */
+        for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
+        return;
+    }
+    int in_fused[QRT_GROUP_MAX];
+    int64_t tile_begin[QRT_GROUP_MAX + 1], K;
+    const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
+    const int64_t rows = tile_begin[count] * 16;
+    const uint8_t *codes = (const uint8_t *)g->fused;
+    const uint8_t *scales = codes + (size_t)rows * (size_t)(qrt_nvfp4_row_elems(K) / 2);
+    /* The variant is picked for the fused shape (all rows); the autotuner and the forcing work on it as on a
+     * linear. A forced scalar-family variant has no segmented kernel: the parts then run one by one. */
+    qrt_linear all;
+    memset(&all, 0, sizeof all);
+    all.fmt = QRT_WF_NVFP4, all.n = rows, all.k = K, all.data = codes, all.scales = scales, all.scale2 = 1.0f;
+    all.name = "fused group";
+    const int variant = qrt_nvfp4_pick(&all, T);
+    if (variant >= FP4_MMA_VARIANTS) {
+        for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
+        return;
+    }
+    fp4_segments seg;
+    memset(&seg, 0, sizeof seg);
+    for (int i = 0; i < g->n; i++) {
+        if (!in_fused[i]) {
+            qrt_cuda_matmul(g->part[i], x, T, y[i]);
+            continue;
+        }
+        const int j = seg.count++;
+        seg.tile_begin[j] = tile_begin[j];
+        seg.rows[j] = g->part[i]->n;
+        seg.scale2[j] = g->part[i]->scale2;
+        seg.y[j] = y[i];
+    }
+    seg.tile_begin[seg.count] = tile_begin[count];
+    launch_mma_variant(variant, codes, scales, seg, K, x, T);
+    QRT_CUDA_LAUNCHED();
 }
