@@ -35,5 +35,12 @@ expect_ok "$q" logits --help
 expect_ok "$q" inspect "$data/tiny-flat"
 expect_ok "$q" generate -m "$data/tiny-flat" --ids 1,2,3 -n 4 --json
 expect_ok "$q" logits -m "$data/tiny-tied" --ids 1,2,3 --pos 0 --json
+# a synthetic checkpoint comes with a tokenizer, so text prompts and the chat template work on it
+syn=$(mktemp -d)
+expect_ok "$q" synth --preset tiny --format nvfp4 --mtp "$syn/m"
+expect_ok "$q" tokenize -m "$syn/m" --json "Hello <|im_end|> wörld"
+expect_ok "$q" generate -m "$syn/m" -p "Hello" --chat --no-think -n 4 --no-eos --spec-k 2
+expect_error "$q" synth --preset huge --format nvfp4 "$syn/x"
+rm -rf "$syn"
 [ $fails -eq 0 ] && echo "cli_errors: all passed" || echo "cli_errors: $fails failed"
 exit $fails

@@ -1060,3 +1060,59 @@ const char *qrt_detok_stream_flush(qrt_detok_stream *s, size_t *len) {
     *len = s->out.n;
     return (const char *)s->out.p;
 }
+
+/* ---------------------------------------------------------------------------------------------------
+ * A byte-only tokenizer.json for synthetic checkpoints: the 256 byte tokens, placeholders up to special_base,
+ * no merges, the Qwen3.5 pre-tokenizer, and the 33 special tokens of the family at special_base.. (248044 in
+ * the real models). */
+
+static const char *const qwen_specials[33] = {
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+    "<think>", "</think>", "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+    "<tts_text_bos_single>", "<|audio_pad|>"};
+
+qrt_status qrt_tokenizer_write_bytes_only(const char *path, int32_t special_base) {
+    if (special_base < 256)
+        return qrt_fail(QRT_ERR_ARG, "%s: special tokens must come after the 256 byte tokens (base %d)", path,
+                        special_base);
+    uint32_t byte_to_cp[256];
+    byte_level_map(byte_to_cp);
+    json_t *vocab = json_object(), *added = json_array();
+    for (int b = 0; b < 256; b++) {
+        uint8_t spelled[8];
+        size_t n = utf8_encode(byte_to_cp[b], spelled);
+        spelled[n] = 0;
+        json_object_set_new(vocab, (const char *)spelled, json_integer(b));
+    }
+    /* ids 256..special_base-1 hold unreachable placeholders (no merge makes them): HF renumbers added
+     * tokens that do not follow the vocabulary directly, so the specials must sit right after it */
+    for (int32_t id = 256; id < special_base; id++) {
+        char name[32];
+        snprintf(name, sizeof name, "<|unused_%d|>", id);
+        json_object_set_new(vocab, name, json_integer(id));
+    }
+    for (int i = 0; i < 33; i++) {
+        /* tool, fim, think tokens are not "special" in the Qwen3.5 files: they stay in decoded text */
+        int special = i < 14 || i > 25;
+        json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", special_base + i, "content",
+                                               qwen_specials[i], "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                               "normalized", 0, "special", special));
+    }
+    const char *split = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}"
+                        "\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    json_t *root = json_pack(
+        "{s:s,s:o,s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:{s:s,s:b,s:b,s:b},"
+        "s:{s:s,s:b,s:b,s:o,s:[]}}",
+        "version", "1.0", "added_tokens", added, "normalizer", "type", "NFC", "pre_tokenizer", "type", "Sequence",
+        "pretokenizers", "type", "Split", "pattern", "Regex", split, "behavior", "Isolated", "invert", 0, "type",
+        "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0, "decoder", "type", "ByteLevel",
+        "add_prefix_space", 1, "trim_offsets", 1, "use_regex", 1, "model", "type", "BPE", "byte_fallback", 0,
+        "ignore_merges", 0, "vocab", vocab, "merges");
+    if (!root) return qrt_fail(QRT_ERR_MEMORY, "%s: cannot build the tokenizer JSON", path);
+    int rc = json_dump_file(root, path, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return rc ? qrt_fail(QRT_ERR_IO, "%s: cannot write", path) : QRT_OK;
+}

@@ -27,4 +27,7 @@ int qrt_tokenizer_is_added(const qrt_tokenizer *t, int32_t id);
 /* Check that text is valid UTF-8; on failure *bad_at is the offset of the first bad byte. */
 int qrt_utf8_valid(const uint8_t *s, size_t n, size_t *bad_at);
 
+/* Write a byte-only tokenizer.json (256 byte tokens, no merges, the Qwen3.5 pre-tokenizer and chat special
+ * tokens at special_base..special_base+32) for synthetic checkpoints. */
+qrt_status qrt_tokenizer_write_bytes_only(const char *path, int32_t special_base);
 #endif

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/quant_encode.h"
 #include "tools/quant_writer.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/tools.h"
 
 static const char *usage =
@@ -288,9 +289,15 @@ static qrt_status run(const preset *p, out_format fmt, int mtp, const char *out)
             st = qrt_fail(QRT_ERR_IO, "%s: cannot write", path);
         json_decref(cfg);
     }
+    /* a byte-level stand-in tokenizer, so text prompts and the chat template work on synthetic models; the
+     * 27B preset puts the special tokens at their real ids */
+    int32_t special_base = p->vocab >= 248077 ? 248044 : p->vocab - 33;
+    snprintf(path, sizeof path, "%s/tokenizer.json", out);
+    if (st == QRT_OK) st = qrt_tokenizer_write_bytes_only(path, special_base);
     if (st == QRT_OK)
-        printf("wrote %d tensors, %llu parameters, %llu bytes to %s/model.safetensors (no tokenizer.json)\n", l.n,
-               (unsigned long long)params, (unsigned long long)bytes, out);
+        printf("wrote %d tensors, %llu parameters, %llu bytes to %s/model.safetensors, and a byte-level "
+               "tokenizer.json (special tokens from id %d)\n", l.n, (unsigned long long)params,
+               (unsigned long long)bytes, out, special_base);
     free(l.s);
     return st;
 }
