@@ -294,7 +294,7 @@ int qrt_tool_pick_gpu(const char *tool, const char *device) {
 int qrt_tool_membw(int argc, char **argv) {
     const char *device = "auto", *json_path = NULL, *sizes_s = NULL, *sus_size_s = NULL;
     double sustain_s = 5, interval_s = 0.5;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(usage, stdout), 0;
         if (!v) return fprintf(stderr, "qwenrt membw: unknown or incomplete option '%s'\n%s", a, usage), 2;
@@ -305,7 +305,6 @@ int qrt_tool_membw(int argc, char **argv) {
         else if (!strcmp(a, "--sustain-s")) sustain_s = atof(v);
         else if (!strcmp(a, "--interval-s")) interval_s = atof(v);
         else return fprintf(stderr, "qwenrt membw: unknown option '%s'\n%s", a, usage), 2;
-        i++;
     }
     if (sustain_s < 0 || sustain_s > 600 || interval_s <= 0 || interval_s > 60)
         return fprintf(stderr, "qwenrt membw: --sustain-s must be in [0, 600] and --interval-s in (0, 60]\n"), 2;
