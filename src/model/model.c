@@ -180,18 +180,33 @@ void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats) {
     }
 }
 
-/* Hand every weight to the backend and move the f32 vectors into backend memory. */
-static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats) {
+static uint64_t layer_weight_bytes(const qrt_layer *l);
+
+/* Hand every weight to the backend and move the f32 vectors into backend memory. On a GPU this is the
+ * upload of the whole model, so it reports progress layer by layer (the CPU reads the mapping in place). */
+static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats, int show) {
     const qrt_backend *be = m->be;
     int tied = m->lm_head.data == m->embed.data;
+    uint64_t total = qrt_linear_bytes(&m->embed) + (tied ? 0 : qrt_linear_bytes(&m->lm_head));
+    for (int i = 0; i < m->cfg.n_layers; i++) total += layer_weight_bytes(&m->layers[i]);
+    if (m->mtp.present) total += qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer);
+    qrt_progress p;
+    qrt_progress_begin(&p, "uploading", total, show && strcmp(be->name, "cpu") != 0);
     QRT_TRY(be->prepare_linear(&m->embed));
+    qrt_progress_add(&p, qrt_linear_bytes(&m->embed));
     if (tied) m->lm_head = m->embed;
     else QRT_TRY(be->prepare_linear(&m->lm_head));
-    for (int i = 0; i < m->cfg.n_layers; i++) QRT_TRY(prepare_layer(m, &m->layers[i]));
+    qrt_progress_add(&p, tied ? 0 : qrt_linear_bytes(&m->lm_head));
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        QRT_TRY(prepare_layer(m, &m->layers[i]));
+        qrt_progress_add(&p, layer_weight_bytes(&m->layers[i]));
+    }
     if (m->mtp.present) {
         QRT_TRY(be->prepare_linear(&m->mtp.fc));
         QRT_TRY(prepare_layer(m, &m->mtp.layer));
+        qrt_progress_add(&p, qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer));
     }
+    qrt_progress_end(&p);
     qrt_model_upload_vectors(m, host, floats);
     return QRT_OK;
 }
@@ -278,7 +293,7 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         st = bind_layer(m, &m->layers[i], c->layer_kind[i], name, &vc);
     }
     if (st == QRT_OK) st = bind_mtp(m, &vc);
-    if (st == QRT_OK) st = prepare_weights(m, vc.base, floats);
+    if (st == QRT_OK) st = prepare_weights(m, vc.base, floats, opts && opts->show_progress);
     free(vc.base);
     if (st != QRT_OK) {
         qrt_model_free(m);
