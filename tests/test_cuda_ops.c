@@ -429,7 +429,7 @@ static void test_rope(int T, int H, int Dh, int R, double theta, int pos0, uint6
 static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, uint64_t seed) {
     const int C = pos0 + T;
     size_t nq = (size_t)T * Hq * Dh, nc = (size_t)C * Hkv * Dh, rows = (size_t)C * Hkv;
-    const size_t es = fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1;
+    const size_t es = qrt_kv_elem_bytes(fmt);
     float *q = host_rand(nq, seed, -1, 1), *k = host_rand(nc, seed + 1, -1, 1), *v = host_rand(nc, seed + 2, -1, 1);
     for (size_t i = 0; i < nq; i++) q[i] *= 4; /* sharper softmax than uniform noise gives */
     float *ref = malloc(sizeof(float) * nq);

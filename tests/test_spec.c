@@ -99,7 +99,7 @@ static void compare_state(env *e, const qrt_session *a, const qrt_session *b, co
     CHECK(a->pos == b->pos, "%s: position %d vs %d", what, a->pos, b->pos);
     size_t S = (size_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * e->m->conv_dim;
     const int fmt = a->m->kv_format;
-    size_t rows = (size_t)a->pos * c->n_kv_heads, kv = rows * c->head_dim * (fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1);
+    size_t rows = (size_t)a->pos * c->n_kv_heads, kv = rows * c->head_dim * qrt_kv_elem_bytes(fmt);
     for (int i = 0; i < c->n_layers; i++) {
         const qrt_layer_state *x = &a->ls[i], *y = &b->ls[i];
         if (c->layer_kind[i] == QRT_LAYER_LINEAR) {

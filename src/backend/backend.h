@@ -24,6 +24,9 @@ typedef struct {
                   * when the parts run one by one (the CPU, mixed formats) */
 } qrt_linear_group;
 
+/* Bytes per cached element of a QRT_KV_* format. */
+static inline size_t qrt_kv_elem_bytes(int fmt) { return fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1; }
+
 typedef struct qrt_backend {
     const char *name;
     void *(*alloc)(size_t bytes); /* zeroed; NULL + qrt_fail on failure */

@@ -16,7 +16,7 @@
  * Loading */
 
 /* The backend opts->device asks for (see qrt_load_opts.device in qwenrt.h). */
-qrt_status qrt_model_select_backend(const qrt_load_opts *opts, const qrt_backend **out) {
+static qrt_status select_backend(const qrt_load_opts *opts, const qrt_backend **out) {
     int device = opts ? opts->device : QRT_DEVICE_AUTO;
     if (device < QRT_DEVICE_AUTO || device > QRT_DEVICE_CUDA)
         return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.device is %d; expected 0 (auto), 1 (cpu) or 2 (cuda)", device);
@@ -31,6 +31,16 @@ qrt_status qrt_model_select_backend(const qrt_load_opts *opts, const qrt_backend
                         "use the cpu device");
 #endif
     *out = qrt_backend_cpu();
+    return QRT_OK;
+}
+
+qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts) {
+    QRT_TRY(select_backend(opts, &m->be));
+    if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
+    m->kv_format = opts ? opts->kv_format : QRT_KV_F32;
+    if (m->kv_format < QRT_KV_F32 || m->kv_format > QRT_KV_FP8)
+        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected 0 (f32), 1 (bf16) or 2 (fp8)",
+                        m->kv_format);
     return QRT_OK;
 }
 
@@ -247,18 +257,11 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         return st;
     }
     const qrt_config *c = &m->cfg;
-    st = qrt_model_select_backend(opts, &m->be);
+    st = qrt_model_apply_opts(m, opts);
     if (st != QRT_OK) {
         qrt_checkpoint_close(&m->ck);
         free(m);
         return st;
-    }
-    if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
-    m->kv_format = opts ? opts->kv_format : QRT_KV_F32;
-    if (m->kv_format < QRT_KV_F32 || m->kv_format > QRT_KV_FP8) {
-        qrt_checkpoint_close(&m->ck);
-        free(m);
-        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected 0 (f32), 1 (bf16) or 2 (fp8)", opts->kv_format);
     }
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
     size_t floats = qrt_model_vector_floats(m);
@@ -299,7 +302,8 @@ qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model 
         qrt_model_free(m);
         return st;
     }
-    prefault(m, opts && opts->show_progress);
+    /* a GPU backend has just read every page to upload it; the CPU reads the mapping in place */
+    if (!strcmp(m->be->name, "cpu")) prefault(m, opts && opts->show_progress);
     *out = m;
     return QRT_OK;
 }
@@ -342,11 +346,9 @@ typedef struct {
     float *k, *v, *ks, *vs;
 } kv_slots;
 
-static size_t kv_elem_bytes(int fmt) { return fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1; }
-
 static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
     const qrt_config *c = &m->cfg;
-    const size_t elems = C * c->n_kv_heads * c->head_dim, floats = QRT_CEIL_DIV(elems * kv_elem_bytes(m->kv_format), 4);
+    const size_t elems = C * c->n_kv_heads * c->head_dim, floats = QRT_CEIL_DIV(elems * qrt_kv_elem_bytes(m->kv_format), 4);
     const size_t scales = m->kv_format == QRT_KV_FP8 ? C * c->n_kv_heads : 0;
     kv->fmt = m->kv_format;
     cv[0] = (carve){(float **)&kv->k, floats};
@@ -674,7 +676,7 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b) {
             b->state += 2 * (uint64_t)c->gdn_v_heads * c->gdn_dk * c->gdn_dv * sizeof(float) +
                         2 * (uint64_t)(c->conv_kernel - 1) * m->conv_dim * sizeof(float);
         else
-            b->kv_per_ctx += 2 * (uint64_t)c->n_kv_heads * (c->head_dim * kv_elem_bytes(m->kv_format) +
+            b->kv_per_ctx += 2 * (uint64_t)c->n_kv_heads * (c->head_dim * qrt_kv_elem_bytes(m->kv_format) +
                                                             (m->kv_format == QRT_KV_FP8 ? sizeof(float) : 0));
     }
     if (m->mtp.present)

@@ -138,7 +138,8 @@ typedef struct {
 void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 
 /* Building a model without a checkpoint (synthetic.c shares these with qrt_model_load). */
-qrt_status qrt_model_select_backend(const qrt_load_opts *opts, const qrt_backend **out);
+/* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
+qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
 /* Floats of every f32 vector the model keeps (norms, conv taps, GDN scalars), main layers and MTP head. */
 size_t qrt_model_vector_floats(const qrt_model *m);
 /* Upload the f32 vectors from host (where the model's vector pointers point now) into m->vectors (already

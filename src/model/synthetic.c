@@ -263,7 +263,7 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
     if (!m) return QRT_ERR_MEMORY;
     m->ck.first_mtp_file = -1;
     qrt_status st = qrt_config_preset(preset, &m->cfg);
-    if (st == QRT_OK) st = qrt_model_select_backend(opts, &m->be);
+    if (st == QRT_OK) st = qrt_model_apply_opts(m, opts);
     if (st == QRT_OK && fmt == QRT_WF_FP8B && strcmp(m->be->name, "cpu") != 0)
         st = qrt_fail(QRT_ERR_UNSUPPORTED, "the %s backend has no FP8 matmul yet; use --format nvfp4 or bf16, or "
                       "--device cpu", m->be->name);
@@ -271,8 +271,6 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
         free(m);
         return st;
     }
-    if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
-    m->kv_format = opts && opts->kv_format >= QRT_KV_F32 && opts->kv_format <= QRT_KV_FP8 ? opts->kv_format : QRT_KV_F32;
     const qrt_config *c = &m->cfg;
     m->conv_dim = 2 * c->gdn_k_heads * c->gdn_dk + c->gdn_v_heads * c->gdn_dv;
     m->cfg.mtp_layers = mtp ? 1 : 0;

@@ -326,10 +326,8 @@ static void kv_load_row(int fmt, const void *src, float scale, int Dh, float *x)
     }
 }
 
-static size_t kv_elem_size(int fmt) { return fmt == QRT_KV_F32 ? 4 : fmt == QRT_KV_BF16 ? 2 : 1; }
-
 static void cpu_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
-    const size_t es = kv_elem_size(kv->fmt);
+    const size_t es = qrt_kv_elem_bytes(kv->fmt);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hkv; h++) {
             size_t row = (size_t)(pos0 + t) * Hkv + h;
@@ -341,7 +339,7 @@ static void cpu_kv_store(const qrt_kv *kv, const float *k, const float *v, int T
 
 /* Cache row j of kv head g (keys or values) widened to f32. */
 static void kv_row(const qrt_kv *kv, int values, int j, int g, int Hkv, int Dh, float *x) {
-    const size_t row = (size_t)j * Hkv + g, es = kv_elem_size(kv->fmt);
+    const size_t row = (size_t)j * Hkv + g, es = qrt_kv_elem_bytes(kv->fmt);
     const void *src = (const uint8_t *)(values ? kv->v : kv->k) + row * Dh * es;
     const float *scales = values ? kv->vs : kv->ks;
     kv_load_row(kv->fmt, src, scales ? scales[row] : 1.0f, Dh, x);
