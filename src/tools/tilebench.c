@@ -138,6 +138,10 @@ int qrt_tool_tilebench(int argc, char **argv) {
                     qrt_cuda_fill_random_bytes(codes, (size_t)N * K / 2, 100 + c);
                     CK(cudaMemset(scales, 0x38, (size_t)N * K / 16)); /* e4m3 1.0: finite results */
                     w->fmt = QRT_WF_NVFP4, w->data = codes, w->scales = scales, w->scale2 = 1.0f / 448.0f;
+                    if (qrt_cuda_nvfp4_to_blocks(w) != QRT_OK) { /* into the matmul's layout, as a load does */
+                        fprintf(stderr, "tilebench: %s\n", qrt_last_error());
+                        exit(1);
+                    }
                 } else {
                     void *data;
                     CK(cudaMalloc(&data, bf16_bytes));

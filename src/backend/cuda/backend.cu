@@ -110,13 +110,21 @@ static qrt_status cuda_prepare_linear(qrt_linear *w) {
         if (w->k % 16)
             return qrt_fail(QRT_ERR_WEIGHTS, "%s: NVFP4 needs K divisible by 16, K is %lld", w->name ? w->name : "?",
                             (long long)w->k);
-        int64_t kp = qrt_nvfp4_row_elems(w->k);
-        QRT_TRY(upload_padded_rows(w->data, w->n, (size_t)w->k / 2, (size_t)kp / 2, &data));
-        qrt_status st = upload_padded_rows(w->scales, w->n, (size_t)w->k / 16, (size_t)kp / 16, &scales);
+        /* the rows as stored, then rearranged on the device into the matmul's slice blocks */
+        QRT_TRY(upload_padded_rows(w->data, w->n, (size_t)w->k / 2, (size_t)w->k / 2, &data));
+        qrt_status st = upload_padded_rows(w->scales, w->n, (size_t)w->k / 16, (size_t)w->k / 16, &scales);
         if (st != QRT_OK) {
             cuda_free(data);
             return st;
         }
+        qrt_linear dev = *w;
+        dev.data = data, dev.scales = scales;
+        if ((st = qrt_cuda_nvfp4_to_blocks(&dev)) != QRT_OK) {
+            cuda_free(data);
+            cuda_free(scales);
+            return st;
+        }
+        data = (void *)dev.data, scales = NULL;
         break;
     }
     default:

@@ -4,38 +4,30 @@
  *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load;
  *                                  x first copied into lane order (permute_x_lanes) for coalesced loads
  *   dense 1  dense_tiled<fmt>      T > 16: 8 warps × 4 rows per block, 16-token x tile in shared memory
- *   (the NVFP4 scalar family reads x in lane order too; the mma family reads fp4_prep_x fragments, made
- *   per call inside the timed call)
- *   NVFP4 mma family (order 0, autotuned): tensor cores, x split into f16 hi + lo (see "the mma family" below)
+ *   NVFP4 (all on the tensor cores, one reduction order, autotuned; x split into f16 hi + lo by fp4_prep_x, made
+ *   per call inside the timed call; see "the mma family" below)
  *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
  *   nvfp4 1  mma_k4         4 warps split one tile's slices (split-K), registers
  *   nvfp4 2  mma_w1_ilv     as 0, the four chunk steps' mma chains interleaved (hides mma latency, more registers)
  *   nvfp4 3  mma_k4_ilv     as 1, interleaved
  *   nvfp4 4  mma_async_w1   as 2, slices staged by cp.async into a 4-deep shared-memory ring per warp
- *   nvfp4 5  mma_async_k4   as 3, cp.async ring (both measured 1.3-1.7x slower than the register variants on the
- *                           H200, not yet understood: docs/benchmarks.md)
- *   NVFP4 scalar family (order 1, forced only: its rows differ in the last bits from the mma family's):
- *   nvfp4 6  warp_row       one warp per row, 4 warps per block, 4 16-byte loads in flight per lane
- *   nvfp4 7  warp_2rows     one warp per 2 rows (x loaded once for both), 4 warps per block
- *   nvfp4 8  warp_4rows     one warp per 4 rows, 2 warps per block (≤ 4 tokens per pass)
- *   nvfp4 9  splitk4        4 warps split one row's K (tall-skinny: few rows, long K)
+ *   nvfp4 5  mma_async_k4   as 3, cp.async ring
  *
- * Batch invariance. Every kernel of a format (of an NVFP4 family) reduces a row in one fixed order, so a row's
- * result does not depend on T, on the token's place in the batch, or on the variant (the tests check this bit
- * for bit); the autotuner only chooses among the mma family, so its choice never changes a result:
+ * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
+ * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
+ * choice never changes a result:
  * - dense: the row is cut into 16-byte chunks (8 BF16/F16 or 4 F32 elements); chunk c belongs to lane
  *   c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane
  *   sums are added by the xor butterfly of warp_sum.
- * - NVFP4 mma family: see "the mma family" below.
- * - NVFP4 scalar family: the row is cut into 16-byte code vectors (32 elements, two e4m3 scale blocks of 16); vector v
- *   belongs to virtual lane v % 128, which sums its vectors in increasing v. A vector adds, per scale
- *   block, (Σ code·x in a fixed element order) · scale with fmaf. Virtual lanes l, l+32, l+64, l+96 are
- *   combined as (a0 + a1) + (a2 + a3), then the 32 results by warp_sum, then times scale2. A warp-per-row
- *   variant keeps the four virtual lanes in four accumulators per lane; splitk4 gives each warp one.
+ * - NVFP4: see "the mma family" below.
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
- * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes; NVFP4 rows padded to 512
- * elements (codes and scales zero), so every row starts 256-byte aligned. x beyond K reads as 0.
+ * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes. NVFP4 weights are rearranged into
+ * slice blocks (qrt_cuda_nvfp4_to_blocks): for each 16-row tile and each 512-element slice of K, 4608 contiguous
+ * bytes holding the tile's codes and e4m3 scales of that slice in the order the warp's lanes read them, so each
+ * load instruction of a warp reads 512 contiguous bytes. (Read row-major, a lane's 16-byte chunks sat 64 bytes
+ * apart: every 32-byte sector was fetched twice, half used each time.) Tiles are padded with zero rows, slices
+ * with zero columns; x beyond K reads as 0.
  * Groups (prepare_group, end of file): the NVFP4 parts of a group in one allocation, one mma launch for all. */
 #include <string.h>
 #include <sys/stat.h>
@@ -243,186 +235,9 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
     QRT_CUDA_LAUNCHED();
 }
 
-/* ---- NVFP4 W4A16 ---------------------------------------------------------------------------------- */
-
-/* e4m3 block scale → f32, times 2^14: the E2M1 decode below yields code values × 2^-14. */
-__device__ __forceinline__ float2 fp4_scales(uint16_t two) {
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
-    f.x *= 16384.0f;
-    f.y *= 16384.0f;
-    return f;
-}
-
-/* The 8 E2M1 codes of a 32-bit word (nibble n = element n, low nibble first) as f32 × 2^-14, in the order
- * e0 e2 e1 e3 e4 e6 e5 e7. An E2M1 code s·eem placed as f16 bits s at 15 and eem at 11..9 is exactly
- * its value × 2^-14 (e = 0 lands on the f16 subnormals, which hold 0 and 0.5 × 2^-14). */
-__device__ __forceinline__ void fp4_decode_word(uint32_t w, float *out /* [8] */) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        uint32_t p = __byte_perm(w, 0, half ? 0x4342 : 0x4140); /* bytes b, 0, b+1, 0 */
-        uint32_t lo = ((p << 9) & 0x0E000E00u) | ((p << 12) & 0x80008000u);
-        uint32_t hi = ((p << 5) & 0x0E000E00u) | ((p << 8) & 0x80008000u);
-        float2 a = __half22float2(*reinterpret_cast<__half2 *>(&lo));
-        float2 b = __half22float2(*reinterpret_cast<__half2 *>(&hi));
-        out[4 * half + 0] = a.x, out[4 * half + 1] = a.y, out[4 * half + 2] = b.x, out[4 * half + 3] = b.y;
-    }
-}
-/* Element index (within the word) of each decoded value above. */
-__device__ __forceinline__ int fp4_elem(int i) { return (i & 4) | ((i & 1) << 1) | ((i >> 1) & 1); }
-
-/* acc += one 32-element vector's dot with one token's x (the order every NVFP4 variant shares).
- * xq: the vector's quad 0 in lane order (quad j at xq[32 j]). */
-__device__ __forceinline__ float fp4_vec_dot(const float *w /* [32] decoded, word order */, float2 sc,
-                                             const float4 *xq, int blocks /* 1 or 2 scale blocks inside K */,
-                                             float acc) {
-#pragma unroll
-    for (int b = 0; b < 2; b++) {
-        if (b >= blocks) break;
-        float s = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const float4 x0 = __ldg(xq + 32 * (b * 4 + q * 2));
-            const float4 x1 = __ldg(xq + 32 * (b * 4 + q * 2 + 1));
-            const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) s = fmaf(w[b * 16 + q * 8 + i], xs[fp4_elem(i)], s);
-        }
-        acc = fmaf(s, b ? sc.y : sc.x, acc);
-    }
-    return acc;
-}
-
-__device__ __forceinline__ void fp4_decode_vec(uint4 c, float *w /* [32] */) {
-    fp4_decode_word(c.x, w);
-    fp4_decode_word(c.y, w + 8);
-    fp4_decode_word(c.z, w + 16);
-    fp4_decode_word(c.w, w + 24);
-}
-
-/* Warp-per-row variants: RPW rows per warp, WARPS warps per block, TT tokens per pass. Lane l handles
- * vectors l + 32·j + 128·m; j (0..3) is its virtual-lane slot, kept in acc[..][j]. */
-template <int TT, int RPW, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) fp4_rows(const uint8_t *codes /* [N][Kp/2] */,
-                                                       const uint8_t *scales /* [N][Kp/16] */, float scale2,
-                                                       int64_t N, int64_t K,
-                                                       const float4 *xp /* [T][G][8][32] lane order */, int64_t G,
-                                                       int T, float *y /* [T][N] */) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * RPW;
-    if (row0 >= N) return;
-    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
-    for (int t0 = 0; t0 < T; t0 += TT) {
-        float acc[RPW][TT][4];
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[r][tt][j] = 0.0f;
-        for (int64_t base = lane; base < nvec; base += 128) {
-            uint4 c[RPW][4];
-            uint16_t s[RPW][4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int64_t v = base + 32 * j;
-#pragma unroll
-                for (int r = 0; r < RPW; r++) {
-                    const int64_t row = row0 + r < N ? row0 + r : N - 1; /* rows past N: computed, not stored */
-                    if (v < nvec) {
-                        c[r][j] = __ldg(reinterpret_cast<const uint4 *>(codes + row * (Kp / 2)) + v);
-                        s[r][j] = __ldg(reinterpret_cast<const uint16_t *>(scales + row * (Kp / 16)) + v);
-                    }
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int64_t v = base + 32 * j;
-                if (v >= nvec) break;
-                const int blocks = v * 32 + 16 < K ? 2 : 1;
-#pragma unroll
-                for (int r = 0; r < RPW; r++) {
-                    float w[32];
-                    fp4_decode_vec(c[r][j], w);
-                    const float2 sc = fp4_scales(s[r][j]);
-#pragma unroll
-                    for (int tt = 0; tt < TT; tt++) {
-                        if (t0 + tt >= T) break;
-                        acc[r][tt][j] = fp4_vec_dot(w, sc, xp + ((int64_t)(t0 + tt) * G + v / 32) * 256 + v % 32,
-                                                    blocks, acc[r][tt][j]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                float p = (acc[r][tt][0] + acc[r][tt][1]) + (acc[r][tt][2] + acc[r][tt][3]);
-                p = warp_sum(p);
-                if (lane == 0 && row0 + r < N && t0 + tt < T) y[(size_t)(t0 + tt) * N + row0 + r] = p * scale2;
-            }
-    }
-}
-
-/* Split-K: one row per block of 4 warps; warp w is virtual lanes 32w..32w+31 (vectors 32w + lane + 128m). */
-template <int TT>
-__global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][Kp/2] */,
-                                                   const uint8_t *scales /* [N][Kp/16] */, float scale2, int64_t N,
-                                                   int64_t K, const float4 *xp /* [T][G][8][32] lane order */,
-                                                   int64_t G, int T, float *y /* [T][N] */) {
-    __shared__ float part[4][TT][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t row = blockIdx.x;
-    const int64_t Kp = qrt_nvfp4_row_elems(K), nvec = (K + 31) / 32; /* vectors past K: not read */
-    const uint4 *crow = reinterpret_cast<const uint4 *>(codes + row * (Kp / 2));
-    const uint16_t *srow = reinterpret_cast<const uint16_t *>(scales + row * (Kp / 16));
-    for (int t0 = 0; t0 < T; t0 += TT) {
-        float acc[TT];
-#pragma unroll
-        for (int tt = 0; tt < TT; tt++) acc[tt] = 0.0f;
-        for (int64_t base = 32 * warp + lane; base < nvec; base += 2 * 128) {
-            uint4 c[2];
-            uint16_t s[2];
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const int64_t v = base + 128 * m;
-                if (v < nvec) c[m] = __ldg(crow + v), s[m] = __ldg(srow + v);
-            }
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const int64_t v = base + 128 * m;
-                if (v >= nvec) break;
-                float w[32];
-                fp4_decode_vec(c[m], w);
-                const float2 sc = fp4_scales(s[m]);
-                const int blocks = v * 32 + 16 < K ? 2 : 1;
-#pragma unroll
-                for (int tt = 0; tt < TT; tt++) {
-                    if (t0 + tt >= T) break;
-                    acc[tt] = fp4_vec_dot(w, sc, xp + ((int64_t)(t0 + tt) * G + v / 32) * 256 + v % 32, blocks,
-                                          acc[tt]);
-                }
-            }
-        }
-        __syncthreads(); /* the previous pass's reads of part are done */
-#pragma unroll
-        for (int tt = 0; tt < TT; tt++) part[warp][tt][lane] = acc[tt];
-        __syncthreads();
-        if (warp == 0) {
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                float p = (part[0][tt][lane] + part[1][tt][lane]) + (part[2][tt][lane] + part[3][tt][lane]);
-                p = warp_sum(p);
-                if (lane == 0 && t0 + tt < T) y[(size_t)(t0 + tt) * N + row] = p * scale2;
-            }
-        }
-    }
-}
-
 /* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
- * Why: at M tokens the scalar variants above spend one f32 FMA per (element, token) on top of the E2M1 decode,
- * so M=7 costs ~5.6x M=1 (and M=1 already issues ~4 instructions per element). Here the decoded weights are
+ * Why: a scalar kernel spends one f32 FMA per (element, token) on top of the E2M1 decode, so M=7 cost ~5.6x M=1
+ * (and M=1 already issued ~4 instructions per element; the scalar family was removed once this one beat it). Here the decoded weights are
  * the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
  * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
  *
@@ -448,6 +263,8 @@ __global__ void __launch_bounds__(128) fp4_splitk4(const uint8_t *codes /* [N][K
  * xscale [T][S] = 2^e, the factor that undoes the slice's scaling. Elements past K are 0. */
 
 #define FP4_SLICE 512 /* elements of a row per slice: 16 chunks of 32, 4 per lane of a quad */
+#define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
+#define FP4_STAGE_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
 /* One warp per (token, slice): 16 elements per lane. */
 __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
@@ -560,11 +377,15 @@ __device__ __forceinline__ uint2 ld_stream8(const uint2 *p) {
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
     return r;
 }
-__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *ra, const uint4 *rb,
-                                               const uint2 *sa, const uint2 *sb, int64_t chunk0) {
+/* The slice block of one (tile, slice) in the tiled layout (see "Device layout" above): lane l's codes of row
+ * half h, chunk step q at uint4 (h·4 + q)·32 + l, its scales of row half h at uint2 FP4_CODE_BYTES/8 + h·32 + l.
+ * Every load instruction of a warp reads 512 (codes) or 256 (scales) contiguous bytes. */
+__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t *block, int lane) {
+    const uint4 *cd = reinterpret_cast<const uint4 *>(block);
+    const uint2 *sd = reinterpret_cast<const uint2 *>(block + FP4_CODE_BYTES);
 #pragma unroll
-    for (int q = 0; q < 4; q++) r.ca[q] = ld_stream16(ra + chunk0 + q), r.cb[q] = ld_stream16(rb + chunk0 + q);
-    r.sa = ld_stream8(sa + chunk0 / 4), r.sb = ld_stream8(sb + chunk0 / 4);
+    for (int q = 0; q < 4; q++) r.ca[q] = ld_stream16(cd + q * 32 + lane), r.cb[q] = ld_stream16(cd + (4 + q) * 32 + lane);
+    r.sa = ld_stream8(sd + lane), r.sb = ld_stream8(sd + 32 + lane);
 }
 
 /* cp.async: 16 (codes) or 8 (scales) bytes global → shared without passing through registers, so a warp can
@@ -582,24 +403,17 @@ template <int PENDING> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); /* no shared read moves above it */
 }
 
-/* One warp's staging buffer for one slice: codes [8 = row half · 4 + q][32 lanes], scales [2 row halves][32].
- * Each lane copies exactly what it later reads, so its own wait_group is the only synchronisation needed. */
-#define FP4_STAGE_BYTES (8 * 32 * 16 + 2 * 32 * 8)
-__device__ __forceinline__ void fp4_stage_issue(uint8_t *stage, const uint4 *ra, const uint4 *rb, const uint2 *sa,
-                                                const uint2 *sb, int64_t chunk0, int lane) {
-    uint4 *cd = reinterpret_cast<uint4 *>(stage);
-    uint2 *sd = reinterpret_cast<uint2 *>(stage + 8 * 32 * 16);
+/* One warp's staging buffer for one slice: a copy of the slice block. Each lane copies exactly what it later reads,
+ * so its own wait_group is the only synchronisation needed. */
+__device__ __forceinline__ void fp4_stage_issue(uint8_t *stage, const uint8_t *block, int lane) {
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        cp_async16(cd + q * 32 + lane, ra + chunk0 + q);
-        cp_async16(cd + (4 + q) * 32 + lane, rb + chunk0 + q);
-    }
-    cp_async8(sd + lane, sa + chunk0 / 4);
-    cp_async8(sd + 32 + lane, sb + chunk0 / 4);
+    for (int j = 0; j < 8; j++) cp_async16(stage + (j * 32 + lane) * 16, block + (j * 32 + lane) * 16);
+    cp_async8(stage + FP4_CODE_BYTES + lane * 8, block + FP4_CODE_BYTES + lane * 8);
+    cp_async8(stage + FP4_CODE_BYTES + (32 + lane) * 8, block + FP4_CODE_BYTES + (32 + lane) * 8);
 }
 __device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t *stage, int lane) {
     const uint4 *cd = reinterpret_cast<const uint4 *>(stage);
-    const uint2 *sd = reinterpret_cast<const uint2 *>(stage + 8 * 32 * 16);
+    const uint2 *sd = reinterpret_cast<const uint2 *>(stage + FP4_CODE_BYTES);
 #pragma unroll
     for (int q = 0; q < 4; q++) r.ca[q] = cd[q * 32 + lane], r.cb[q] = cd[(4 + q) * 32 + lane];
     r.sa = sd[lane], r.sb = sd[32 + lane];
@@ -733,34 +547,27 @@ typedef struct {
 } fp4_segments;
 
 template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes_all /* [tiles·16][Kp/2] */,
-                                                          const uint8_t *scales_all /* [tiles·16][Kp/16] */,
-                                                          const fp4_segments seg, int64_t K, const uint4 *xf,
+__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                          const fp4_segments seg, const uint4 *xf,
                                                           const float *xscale, int64_t S, int T) {
     constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
     __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
     extern __shared__ __align__(16) uint8_t fp4_stages[]; /* [warps][STAGES][FP4_STAGE_BYTES] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
     const int g = lane >> 2, c = lane & 3;
-    /* this warp's tile, and the part it belongs to (tiles past the last part: the last part, rows past N) */
-    const int64_t tile = (int64_t)blockIdx.x * TPB + tile_in_block;
+    /* this warp's tile, and the part it belongs to; tiles past the last one (grid rounding) compute the last tile
+     * again and store nothing, so every warp reaches the barriers */
+    const int64_t tiles = seg.tile_begin[seg.count], tile_raw = (int64_t)blockIdx.x * TPB + tile_in_block;
+    const int64_t tile = tile_raw < tiles ? tile_raw : tiles - 1;
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
         if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
-    const int64_t N = seg.rows[p], first_row = seg.tile_begin[p] * 16;
+    const int64_t N = tile_raw < tiles ? seg.rows[p] : 0; /* N = 0: nothing stored */
     const float scale2 = seg.scale2[p];
     float *const y = seg.y[p];
-    const int64_t row0 = (tile - seg.tile_begin[p]) * 16; /* within the part */
-    const uint8_t *codes = codes_all + first_row * (qrt_nvfp4_row_elems(K) / 2);
-    const uint8_t *scales = scales_all + first_row * (qrt_nvfp4_row_elems(K) / 16);
-    /* rows past N are computed (clamped) and not stored, so every warp reaches the barriers */
-    const int64_t ra = row0 + g < N ? row0 + g : N - 1, rb = row0 + g + 8 < N ? row0 + g + 8 : N - 1;
-    const int64_t Kp = qrt_nvfp4_row_elems(K); /* whole slices: S · 512 */
-    const uint4 *cra = reinterpret_cast<const uint4 *>(codes + ra * (Kp / 2));
-    const uint4 *crb = reinterpret_cast<const uint4 *>(codes + rb * (Kp / 2));
-    const uint2 *sra = reinterpret_cast<const uint2 *>(scales + ra * (Kp / 16));
-    const uint2 *srb = reinterpret_cast<const uint2 *>(scales + rb * (Kp / 16));
+    const int64_t row0 = (tile - seg.tile_begin[p]) * 16; /* within the part; rows past N are zero padding */
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
     uint8_t *ring = fp4_stages + (size_t)warp * (STAGES > 0 ? STAGES : 1) * FP4_STAGE_BYTES;
     const int64_t my_slices = wk < S ? (S - wk + WPT - 1) / WPT : 0; /* slices wk, wk + WPT, ... */
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
@@ -783,8 +590,9 @@ __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes_a
         if (STAGES > 0) {
 #pragma unroll
             for (int p = 0; p < (STAGES > 0 ? STAGES - 1 : 0); p++) {
-                if (p < my_slices) fp4_stage_issue(ring + p * FP4_STAGE_BYTES, cra, crb, sra, srb,
-                                                   (wk + (int64_t)WPT * p) * 16 + 4 * c, lane);
+                if (p < my_slices)
+                    fp4_stage_issue(ring + p * FP4_STAGE_BYTES,
+                                    tile_blocks + (size_t)(wk + (int64_t)WPT * p) * FP4_STAGE_BYTES, lane);
                 cp_async_commit();
             }
         }
@@ -799,12 +607,12 @@ __global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *codes_a
                     const int64_t mi = m + (STAGES > 0 ? STAGES - 1 : 0);
                     /* refill the stage read in the previous iteration (this lane's own reads, done) */
                     if (mi < my_slices)
-                        fp4_stage_issue(ring + (mi % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, cra, crb, sra, srb,
-                                        (wk + WPT * mi) * 16 + 4 * c, lane);
+                        fp4_stage_issue(ring + (mi % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES,
+                                        tile_blocks + (size_t)(wk + WPT * mi) * FP4_STAGE_BYTES, lane);
                     cp_async_commit();
                     fp4_stage_read(cur, ring + (m % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, lane);
                 } else {
-                    fp4_load_slice(cur, cra, crb, sra, srb, s * 16 + 4 * c);
+                    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
                 }
                 float xsc[NT][2]; /* 2^e of this lane's D columns (tokens t0 + 8 nt + 2c, +1) */
                 const uint4 *xf_s[NT];
@@ -878,10 +686,9 @@ static fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
     return seg;
 }
 
-/* codes, scales: the rows of every segment (W's data and scales for one linear, the fused group's otherwise). */
+/* blocks: the tiles of every segment (W's data for one linear, the fused group's otherwise). */
 template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma(const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg, int64_t K,
-                       const float *x, int T) {
+static void launch_mma(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
     const int64_t Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
     const int64_t TG = (T + 7) / 8;
     const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
@@ -902,84 +709,103 @@ static void launch_mma(const uint8_t *codes, const uint8_t *scales, const fp4_se
         smem_set = true;
     }
     const unsigned grid = qrt_grid((size_t)seg.tile_begin[seg.count], TPB);
-    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>(codes, scales, seg, K, xf_buf, xscale, S, T);
+    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>(blocks, seg, xf_buf, xscale, S, T);
 }
 
 template <int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma_t(const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg, int64_t K,
-                         const float *x, int T) {
-    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(codes, scales, seg, K, x, T);
-    else launch_mma<2, WPT, TPB, STAGES, ILV>(codes, scales, seg, K, x, T);
+static void launch_mma_t(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
+    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(blocks, seg, K, x, T);
+    else launch_mma<2, WPT, TPB, STAGES, ILV>(blocks, seg, K, x, T);
 }
 
-/* Mma-family variant v (< FP4_MMA_VARIANTS) over the segments. */
-static void launch_mma_variant(int v, const uint8_t *codes, const uint8_t *scales, const fp4_segments &seg,
-                               int64_t K, const float *x, int T) {
+/* Variant v (< FP4_VARIANTS) over the segments. */
+static void launch_mma_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
+                               int T) {
     switch (v) {
-    case 0: launch_mma_t<1, 4, 0, false>(codes, scales, seg, K, x, T); break;
-    case 1: launch_mma_t<4, 1, 0, false>(codes, scales, seg, K, x, T); break;
-    case 2: launch_mma_t<1, 4, 0, true>(codes, scales, seg, K, x, T); break;
-    case 3: launch_mma_t<4, 1, 0, true>(codes, scales, seg, K, x, T); break;
-    case 4: launch_mma_t<1, 4, 4, true>(codes, scales, seg, K, x, T); break;
-    default: launch_mma_t<4, 1, 4, true>(codes, scales, seg, K, x, T); break;
+    case 0: launch_mma_t<1, 4, 0, false>(blocks, seg, K, x, T); break;
+    case 1: launch_mma_t<4, 1, 0, false>(blocks, seg, K, x, T); break;
+    case 2: launch_mma_t<1, 4, 0, true>(blocks, seg, K, x, T); break;
+    case 3: launch_mma_t<4, 1, 0, true>(blocks, seg, K, x, T); break;
+    case 4: launch_mma_t<1, 4, 4, true>(blocks, seg, K, x, T); break;
+    default: launch_mma_t<4, 1, 4, true>(blocks, seg, K, x, T); break;
     }
 }
 
-/* Variant table: the mma family first (one reduction order, autotuned), then the scalar family (its own order,
- * forced only). */
-static const char *const fp4_variant_names[] = {"mma_w1",       "mma_k4",       "mma_w1_ilv", "mma_k4_ilv",
-                                                "mma_async_w1", "mma_async_k4", "warp_row",   "warp_2rows",
-                                                "warp_4rows",   "splitk4"};
-#define FP4_VARIANTS 10
-#define FP4_MMA_VARIANTS 6
-
-/* Tokens per pass: the whole call when it fits the variant's registers, else its largest group. */
-static int fp4_tokens_per_pass(int v, int T) {
-    int cap = v == 2 ? 4 : 8;
-    int tt = 1;
-    while (tt < T && tt < cap) tt *= 2;
-    return tt;
-}
-
-template <int TT, int RPW, int WARPS>
-static void launch_rows(const qrt_linear *W, const float4 *xp, int64_t G, int T, float *y) {
-    unsigned grid = qrt_grid((size_t)W->n, RPW * WARPS);
-    fp4_rows<TT, RPW, WARPS><<<grid, WARPS * 32>>>((const uint8_t *)W->data, (const uint8_t *)W->scales, W->scale2,
-                                                   W->n, W->k, xp, G, T, y);
-}
-
-template <int TT> static void launch_fp4_tt(int v, const qrt_linear *W, const float4 *xp, int64_t G, int T, float *y) {
-    switch (v) {
-    case 0: launch_rows<TT, 1, 4>(W, xp, G, T, y); break;
-    case 1: launch_rows<TT, 2, 4>(W, xp, G, T, y); break;
-    case 2: launch_rows<(TT > 4 ? 4 : TT), 4, 2>(W, xp, G, T, y); break;
-    default:
-        fp4_splitk4<TT><<<(unsigned)W->n, 128>>>((const uint8_t *)W->data, (const uint8_t *)W->scales, W->scale2,
-                                                W->n, W->k, xp, G, T, y);
-    }
-}
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_w1_ilv", "mma_k4_ilv", "mma_async_w1",
+                                                "mma_async_k4"};
+#define FP4_VARIANTS 6
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
-extern "C" int qrt_nvfp4_variant_order(int v) { return v < FP4_MMA_VARIANTS ? 0 : 1; }
+extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS ? 0 : -1; }
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    if (v < FP4_MMA_VARIANTS) {
-        launch_mma_variant(v, (const uint8_t *)W->data, (const uint8_t *)W->scales, fp4_one_segment(W, y), W->k, x,
-                           T);
-    } else {
-        const int s = v - FP4_MMA_VARIANTS;
-        int64_t G;
-        const float4 *xp = permute_x(x, W->k, T, 32, &G);
-        switch (fp4_tokens_per_pass(s, T)) {
-        case 1: launch_fp4_tt<1>(s, W, xp, G, T, y); break;
-        case 2: launch_fp4_tt<2>(s, W, xp, G, T, y); break;
-        case 4: launch_fp4_tt<4>(s, W, xp, G, T, y); break;
-        default: launch_fp4_tt<8>(s, W, xp, G, T, y); break;
+    launch_mma_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, x, T);
+    QRT_CUDA_LAUNCHED();
+}
+
+/* ---- NVFP4 device layout: row-major rows → slice blocks (prepare_linear, tilebench) ------------------ */
+
+/* One thread per 16-byte code chunk or 8-byte scale group of a slice block. rows: [N][K/2] codes and [N][K/16]
+ * scales as stored; chunks past K and rows past N (the last tile's padding) become zero. */
+__global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t *scales /* [N][K/16] */, int64_t N,
+                              int64_t K, int64_t S, uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */) {
+    const int64_t per_block = 8 * 32 + 2 * 32; /* code chunks, then scale groups */
+    const int64_t total = (N + 15) / 16 * S * per_block;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = i % per_block, bs = i / per_block, s = bs % S, tile = bs / S;
+        uint8_t *dst = blocks + bs * FP4_STAGE_BYTES;
+        if (j < 8 * 32) { /* code chunk: row half h, chunk step q, lane l */
+            const int l = (int)(j % 32), q = (int)(j / 32 % 4), h = (int)(j / 128), g = l >> 2, c = l & 3;
+            const int64_t row = tile * 16 + g + 8 * h, k0 = s * FP4_SLICE + (4 * c + q) * 32; /* 32 elements */
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (row < N && k0 + 32 <= K && K % 32 == 0) { /* the common case: one aligned 16-byte load */
+                v = *reinterpret_cast<const uint4 *>(codes + row * (K / 2) + k0 / 2);
+            } else if (row < N) {
+                uint8_t *vb = reinterpret_cast<uint8_t *>(&v);
+                for (int b = 0; b < 16 && k0 + 2 * b < K; b++) vb[b] = codes[row * (K / 2) + k0 / 2 + b];
+            }
+            *reinterpret_cast<uint4 *>(dst + j * 16) = v;
+        } else { /* scale group: row half h, lane l: the 8 scales of chunks 4c..4c+3 */
+            const int64_t e = j - 8 * 32;
+            const int l = (int)(e % 32), h = (int)(e / 32), g = l >> 2, c = l & 3;
+            const int64_t row = tile * 16 + g + 8 * h, b0 = (s * FP4_SLICE + 4 * c * 32) / 16; /* first block */
+            uint2 v = make_uint2(0, 0);
+            if (row < N && (b0 + 8) * 16 <= K && K % 128 == 0) { /* one aligned 8-byte load */
+                v = *reinterpret_cast<const uint2 *>(scales + row * (K / 16) + b0);
+            } else if (row < N) {
+                uint8_t *vb = reinterpret_cast<uint8_t *>(&v);
+                for (int b = 0; b < 8 && (b0 + b) * 16 < K; b++) vb[b] = scales[row * (K / 16) + b0 + b];
+            }
+            *reinterpret_cast<uint2 *>(dst + FP4_CODE_BYTES + e * 8) = v;
         }
     }
+}
+
+extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k) {
+    return (size_t)((n + 15) / 16) * (size_t)(qrt_nvfp4_row_elems(k) / FP4_SLICE) * FP4_STAGE_BYTES;
+}
+
+extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w) {
+    const int64_t S = qrt_nvfp4_row_elems(w->k) / FP4_SLICE;
+    const size_t bytes = qrt_nvfp4_device_bytes(w->n, w->k);
+    uint8_t *blocks = NULL;
+    cudaError_t e = cudaMalloc(&blocks, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the NVFP4 weight failed: %s",
+                        w->name ? w->name : "?", bytes / 1e6, cudaGetErrorString(e));
+    }
+    const size_t threads = bytes / FP4_STAGE_BYTES * (8 * 32 + 2 * 32);
+    fp4_to_blocks<<<(unsigned)QRT_MIN(qrt_grid(threads, 256), 65536u), 256>>>(
+        (const uint8_t *)w->data, (const uint8_t *)w->scales, w->n, w->k, S, blocks);
     QRT_CUDA_LAUNCHED();
+    QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->data)));
+    QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->scales)));
+    w->data = blocks;
+    w->scales = NULL;
+    return QRT_OK;
 }
 
 /* ---- NVFP4 autotune: measured choice per (N, K, T), cached in memory and in a file per device ------- */
@@ -1014,14 +840,14 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-mma3.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-blk1.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
     long long n, k;
     int t, v;
     while (tune_count < TUNE_MAX && fscanf(f, "%lld %lld %d %d", &n, &k, &t, &v) == 4)
-        if (v >= 0 && v < FP4_MMA_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
+        if (v >= 0 && v < FP4_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
     fclose(f);
 }
 
@@ -1080,7 +906,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     qrt_cuda_fill_random_f32(x, (size_t)T * W->k, 12345, -1.0f, 1.0f);
     int best = 0;
     float best_ms = 1e30f;
-    for (int v = 0; v < FP4_MMA_VARIANTS; v++) { /* the scalar family has another order: forced only */
+    for (int v = 0; v < FP4_VARIANTS; v++) {
         float ms = time_variant(v, W, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
@@ -1110,9 +936,9 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
 }
 
 /* ---- fused groups ------------------------------------------------------------------------------------
- * The NVFP4 parts of a group (in part order) are laid out in one allocation: codes of every row, then scales of
- * every row, each part's rows starting at a 16-row tile boundary (rows between parts are zero and never stored).
- * Each part's data and scales point into it, so it still runs alone with the same layout prepare_linear gives. */
+ * The NVFP4 parts of a group (in part order) are laid out in one allocation: the slice blocks of each part's tiles,
+ * one part after another (a part's last tile is zero-padded, so a tile never spans two parts). Each part's data
+ * points into it, so it still runs alone with the layout prepare_linear gives. */
 
 /* Which parts are fused (NVFP4 with the first such part's K) and their first tiles; returns the fused count and
  * writes the total tiles to tile_begin[count]. */
@@ -1139,8 +965,8 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
     int64_t tile_begin[QRT_GROUP_MAX + 1], K;
     const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
     if (count < 2) return QRT_OK; /* nothing to fuse: the parts run one by one */
-    const int64_t Kp = qrt_nvfp4_row_elems(K), rows = tile_begin[count] * 16;
-    const size_t code_bytes = (size_t)rows * (size_t)(Kp / 2), bytes = code_bytes + (size_t)rows * (size_t)(Kp / 16);
+    const size_t tile_bytes = (size_t)(qrt_nvfp4_row_elems(K) / FP4_SLICE) * FP4_STAGE_BYTES;
+    const size_t bytes = (size_t)tile_begin[count] * tile_bytes;
     uint8_t *fused = NULL;
     cudaError_t e = cudaMalloc(&fused, bytes);
     if (e != cudaSuccess) {
@@ -1148,20 +974,14 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
         return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the fused projections failed: %s",
                         g->part[0]->name ? g->part[0]->name : "?", bytes / 1e6, cudaGetErrorString(e));
     }
-    QRT_CUDA_CHECK(cudaMemset(fused, 0, bytes));
     for (int i = 0, j = 0; i < g->n; i++) {
         if (!in_fused[i]) continue;
         qrt_linear *w = g->part[i];
-        uint8_t *codes = fused + (size_t)tile_begin[j] * 16 * (size_t)(Kp / 2);
-        uint8_t *scales = fused + code_bytes + (size_t)tile_begin[j] * 16 * (size_t)(Kp / 16);
-        j++;
-        QRT_CUDA_CHECK(cudaMemcpy(codes, w->data, (size_t)w->n * (size_t)(Kp / 2), cudaMemcpyDeviceToDevice));
-        QRT_CUDA_CHECK(cudaMemcpy(scales, w->scales, (size_t)w->n * (size_t)(Kp / 16), cudaMemcpyDeviceToDevice));
-        /* prepare_linear's copies are no longer needed: the part now reads its rows in the fused allocation */
+        uint8_t *dst = fused + (size_t)tile_begin[j++] * tile_bytes;
+        QRT_CUDA_CHECK(cudaMemcpy(dst, w->data, qrt_nvfp4_device_bytes(w->n, w->k), cudaMemcpyDeviceToDevice));
+        /* prepare_linear's copy is no longer needed: the part now reads its tiles in the fused allocation */
         QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->data)));
-        QRT_CUDA_CHECK(cudaFree(const_cast<void *>(w->scales)));
-        w->data = codes;
-        w->scales = scales;
+        w->data = dst;
     }
     g->fused = fused;
     return QRT_OK;
@@ -1175,20 +995,13 @@ void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, flo
     int in_fused[QRT_GROUP_MAX];
     int64_t tile_begin[QRT_GROUP_MAX + 1], K;
     const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
-    const int64_t rows = tile_begin[count] * 16;
-    const uint8_t *codes = (const uint8_t *)g->fused;
-    const uint8_t *scales = codes + (size_t)rows * (size_t)(qrt_nvfp4_row_elems(K) / 2);
     /* The variant is picked for the fused shape (all rows); the autotuner and the forcing work on it as on a
-     * linear. A forced scalar-family variant has no segmented kernel: the parts then run one by one. */
+     * linear. */
     qrt_linear all;
     memset(&all, 0, sizeof all);
-    all.fmt = QRT_WF_NVFP4, all.n = rows, all.k = K, all.data = codes, all.scales = scales, all.scale2 = 1.0f;
+    all.fmt = QRT_WF_NVFP4, all.n = tile_begin[count] * 16, all.k = K, all.data = g->fused, all.scale2 = 1.0f;
     all.name = "fused group";
     const int variant = qrt_nvfp4_pick(&all, T);
-    if (variant >= FP4_MMA_VARIANTS) {
-        for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
-        return;
-    }
     fp4_segments seg;
     memset(&seg, 0, sizeof seg);
     for (int i = 0; i < g->n; i++) {
@@ -1203,6 +1016,6 @@ void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, flo
         seg.y[j] = y[i];
     }
     seg.tile_begin[seg.count] = tile_begin[count];
-    launch_mma_variant(variant, codes, scales, seg, K, x, T);
+    launch_mma_variant(variant, (const uint8_t *)g->fused, seg, K, x, T);
     QRT_CUDA_LAUNCHED();
 }
