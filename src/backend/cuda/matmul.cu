@@ -266,9 +266,52 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 #define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
 #define FP4_STAGE_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
+/* ---- bulk copies into shared memory (sm_90: cp.async.bulk completing on an mbarrier), PDL ------------------
+ * Compiled only for sm_90+; the variants that use them are not offered on older devices (fp4_variant_supported). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define QRT_SM90 1
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+/* the barriers' initialisation visible to the bulk-copy (async) proxy before the first copy names them */
+__device__ __forceinline__ void mbar_init_fence(void) { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra WAIT;\n\t}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+/* Barrier 1 over the consumer warps only (the producer warp never waits there). */
+__device__ __forceinline__ void consumers_sync(int threads) { asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory"); }
+/* Programmatic dependent launch: a kernel launched with the PDL attribute may start before the previous kernel
+ * ends; it reads that kernel's output only after grid_dependency_wait. The previous kernel lets it start early with
+ * launch_dependents. Both are no-ops in a launch without the attribute. */
+__device__ __forceinline__ void grid_dependency_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+#else
+__device__ __forceinline__ void grid_dependency_wait(void) {}
+__device__ __forceinline__ void launch_dependents(void) {}
+#endif
+
 /* One warp per (token, slice): 16 elements per lane. */
 __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
                            uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
+    launch_dependents(); /* the GEMV may start streaming its weights now (PDL); it waits for xf before reading it */
     const int lane = threadIdx.x & 31;
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (wid >= (int64_t)T * S) return;
@@ -388,29 +431,7 @@ __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t 
     r.sa = ld_stream8(sd + lane), r.sb = ld_stream8(sd + 32 + lane);
 }
 
-/* cp.async: 16 (codes) or 8 (scales) bytes global → shared without passing through registers, so a warp can
- * have several slices in flight without holding them in registers. */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-                 "l"(gmem));
-}
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-                 "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING> __device__ __forceinline__ void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); /* no shared read moves above it */
-}
 
-/* One warp's staging buffer for one slice: a copy of the slice block. Each lane copies exactly what it later reads,
- * so its own wait_group is the only synchronisation needed. */
-__device__ __forceinline__ void fp4_stage_issue(uint8_t *stage, const uint8_t *block, int lane) {
-#pragma unroll
-    for (int j = 0; j < 8; j++) cp_async16(stage + (j * 32 + lane) * 16, block + (j * 32 + lane) * 16);
-    cp_async8(stage + FP4_CODE_BYTES + lane * 8, block + FP4_CODE_BYTES + lane * 8);
-    cp_async8(stage + FP4_CODE_BYTES + (32 + lane) * 8, block + FP4_CODE_BYTES + (32 + lane) * 8);
-}
 __device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t *stage, int lane) {
     const uint4 *cd = reinterpret_cast<const uint4 *>(stage);
     const uint2 *sd = reinterpret_cast<const uint2 *>(stage + FP4_CODE_BYTES);
@@ -419,65 +440,15 @@ __device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t 
     r.sa = sd[lane], r.sb = sd[32 + lane];
 }
 
-/* One slice of one lane into its accumulators: acc[nt][e] (D fragment of token tile nt) gets Σ_q fmaf(d_q, 2^e).
- * xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D columns.
- * The chunk steps run one after another (fewest registers). */
-template <int NT>
-__device__ __forceinline__ void fp4_slice_mma_seq(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
-                                              const float (&xsc)[NT][2], float (&acc)[NT][4]) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
-        const uint32_t sha = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
-        const uint32_t shb = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
-        const uint32_t wa[4] = {cur.ca[q].x, cur.ca[q].y, cur.ca[q].z, cur.ca[q].w};
-        const uint32_t wb[4] = {cur.cb[q].x, cur.cb[q].y, cur.cb[q].z, cur.cb[q].w};
-        float d[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) d[nt][e] = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < 4; wi++) {
-            /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
-            const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
-            const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
-            uint32_t alo, ahi, blo, bhi;
-            e2m1_to_e4m3(wa[wi], alo, ahi);
-            e2m1_to_e4m3(wb[wi], blo, bhi);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = 2 * wi + h;
-                /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo) : e4m3x2_lo_to_h2(alo), sca);
-                const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo) : e4m3x2_lo_to_h2(blo), scb);
-                const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi) : e4m3x2_lo_to_h2(ahi), sca);
-                const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi) : e4m3x2_lo_to_h2(bhi), scb);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint4 b = __ldg(xf_s[nt] + (q * 8 + i) * 32);
-                    mma_16816(d[nt], a0, a1, a2, a3, b.x, b.y); /* hi */
-                    mma_16816(d[nt], a0, a1, a2, a3, b.z, b.w); /* lo */
-                }
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(d[nt][e], xsc[nt][e & 1], acc[nt][e]);
-    }
-}
-
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
-/* One slice of one lane into its accumulators: acc[nt][e] (D fragment of token tile nt) gets Σ_q fmaf(d_q, 2^e).
- * xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D columns.
- * The four chunk steps' mma chains (d[q]) are independent: they are interleaved k-step by k-step so the tensor
- * pipe always has 4·NT chains to alternate between instead of waiting out one chain's latency (each chain is
- * still its own fixed sequence, so the result is the same bits as running them one after another). */
+/* One slice of one lane: p[nt][e] (D fragment of token tile nt) = ((d0 + d1) + (d2 + d3)) · 2^e, d_q the chunk step
+ * q's mma chain. xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D
+ * columns. The four chains are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT
+ * chains to alternate between instead of waiting out one chain's latency. */
 template <int NT>
-__device__ __forceinline__ void fp4_slice_mma_ilv(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
-                                              const float (&xsc)[NT][2], float (&acc)[NT][4]) {
+__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT][2], float (&p)[NT][4]) {
     uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -523,21 +494,15 @@ __device__ __forceinline__ void fp4_slice_mma_ilv(const fp4_slice_regs &cur, con
         }
     }
 #pragma unroll
-    for (int q = 0; q < 4; q++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(d[q][nt][e], xsc[nt][e & 1], acc[nt][e]);
+        for (int e = 0; e < 4; e++)
+            p[nt][e] = ((d[0][nt][e] + d[1][nt][e]) + (d[2][nt][e] + d[3][nt][e])) * xsc[nt][e & 1];
 }
 
-/* NT n8 token tiles per pass, WPT warps share a 16-row tile (split-K over slices), TPB tiles per block.
- * STAGES = 0: each slice loaded into registers right before use; STAGES ≥ 2: a cp.async ring of that many
- * slices per warp in dynamic shared memory (STAGES − 1 slices in flight while one is computed).
- * ILV: interleave the four chunk steps' mma chains (same bits, more registers). */
-/* The weights one fp4_mma launch covers: one linear, or the parts of a fused group (matmul_group) whose rows lie
- * one after another in one allocation, each part's rows padded to whole 16-row tiles, so a tile never spans two
- * parts. Each row keeps its part's scale2 and is written to its part's output; its reduction is unchanged, so a
- * fused launch gives the same bits as one launch per part. */
+/* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
+ * another in one allocation (a tile never spans two parts). Each row keeps its part's scale2 and is written to its
+ * part's output; its reduction is unchanged, so a fused launch gives the same bits as one launch per part. */
 typedef struct {
     int count;
     int64_t tile_begin[QRT_GROUP_MAX + 1]; /* first tile of each part; tile_begin[count] = tiles in all */
@@ -546,131 +511,172 @@ typedef struct {
     float *y[QRT_GROUP_MAX];               /* [T][rows[i]] */
 } fp4_segments;
 
-template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-__global__ void __launch_bounds__(WPT * TPB * 32) fp4_mma(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                          const fp4_segments seg, const uint4 *xf,
-                                                          const float *xscale, int64_t S, int T) {
-    constexpr int SLOTS = 4 / WPT; /* virtual lanes (s % 4) this warp owns: wk, wk + WPT, ... */
-    __shared__ float part[WPT > 1 ? 4 : 1][TPB][NT][4][32];
-    extern __shared__ __align__(16) uint8_t fp4_stages[]; /* [warps][STAGES][FP4_STAGE_BYTES] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WPT, tile_in_block = warp / WPT;
-    const int g = lane >> 2, c = lane & 3;
-    /* this warp's tile, and the part it belongs to; tiles past the last one (grid rounding) compute the last tile
-     * again and store nothing, so every warp reaches the barriers */
-    const int64_t tiles = seg.tile_begin[seg.count], tile_raw = (int64_t)blockIdx.x * TPB + tile_in_block;
-    const int64_t tile = tile_raw < tiles ? tile_raw : tiles - 1;
+/* Where a tile's rows go: its part's output, rows and scale2. */
+typedef struct {
+    int64_t N, row0; /* rows of the part; the tile's first row within it */
+    float f;         /* 64 · scale2: undoes the decode's 2^-6 and applies the tensor scale */
+    float *y;
+} fp4_tile_out;
+__device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg, int64_t tile) {
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
         if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
-    const int64_t N = tile_raw < tiles ? seg.rows[p] : 0; /* N = 0: nothing stored */
-    const float scale2 = seg.scale2[p];
-    float *const y = seg.y[p];
-    const int64_t row0 = (tile - seg.tile_begin[p]) * 16; /* within the part; rows past N are zero padding */
-    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
-    uint8_t *ring = fp4_stages + (size_t)warp * (STAGES > 0 ? STAGES : 1) * FP4_STAGE_BYTES;
-    const int64_t my_slices = wk < S ? (S - wk + WPT - 1) / WPT : 0; /* slices wk, wk + WPT, ... */
-    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
-        float acc[SLOTS][NT][4];
+    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 64.0f * seg.scale2[p], seg.y[p]};
+}
+
+/* This lane's B-fragment base (token group, slice 0, q 0, i 0) for each token tile of the pass starting at t0, and
+ * the 2^e of its D columns in slice s. A lane past T reads the last token's fragment instead (same address as another
+ * lane: no extra traffic, no predicate): B column n only feeds D column n, and columns past T are never stored. */
+template <int NT>
+__device__ __forceinline__ void fp4_x_lanes(const uint4 *xf, int64_t S, int T, int t0, int lane,
+                                            const uint4 *(&xf_lane)[NT]) {
+    const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-        for (int j = 0; j < SLOTS; j++)
+    for (int nt = 0; nt < NT; nt++) {
+        const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
+        xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+    }
+}
+template <int NT>
+__device__ __forceinline__ void fp4_x_slice(const uint4 *const (&xf_lane)[NT], const float *xscale, int64_t S, int T,
+                                            int t0, int64_t s, int lane, const uint4 *(&xf_s)[NT],
+                                            float (&xsc)[NT][2]) {
+    const int c = lane & 3;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < NT; nt++) {
+        xf_s[nt] = xf_lane[nt] + s * 1024;
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[j][nt][e] = 0.0f;
-        /* This lane's B column is token t0 + 8 nt + g. A lane past T reads the last token's fragment instead (same
-         * address as another lane: no extra traffic, no predicate): B column n only feeds D column n, and
-         * columns past T are never stored. xf_lane: the fragment of (token group, slice 0, q 0, i 0). */
-        const uint4 *xf_lane[NT];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
-            xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
-        }
-        if (STAGES > 0) {
-#pragma unroll
-            for (int p = 0; p < (STAGES > 0 ? STAGES - 1 : 0); p++) {
-                if (p < my_slices)
-                    fp4_stage_issue(ring + p * FP4_STAGE_BYTES,
-                                    tile_blocks + (size_t)(wk + (int64_t)WPT * p) * FP4_STAGE_BYTES, lane);
-                cp_async_commit();
-            }
-        }
-        for (int64_t m0 = 0; m0 < my_slices; m0 += SLOTS) {
-#pragma unroll
-            for (int j = 0; j < SLOTS; j++) {
-                const int64_t m = m0 + j, s = wk + WPT * m; /* s % 4 == wk + WPT·j: virtual lane slot j */
-                if (m >= my_slices) break;
-                fp4_slice_regs cur;
-                if (STAGES > 0) {
-                    cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>(); /* slice m has landed */
-                    const int64_t mi = m + (STAGES > 0 ? STAGES - 1 : 0);
-                    /* refill the stage read in the previous iteration (this lane's own reads, done) */
-                    if (mi < my_slices)
-                        fp4_stage_issue(ring + (mi % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES,
-                                        tile_blocks + (size_t)(wk + WPT * mi) * FP4_STAGE_BYTES, lane);
-                    cp_async_commit();
-                    fp4_stage_read(cur, ring + (m % (STAGES > 0 ? STAGES : 1)) * FP4_STAGE_BYTES, lane);
-                } else {
-                    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
-                }
-                float xsc[NT][2]; /* 2^e of this lane's D columns (tokens t0 + 8 nt + 2c, +1) */
-                const uint4 *xf_s[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    xf_s[nt] = xf_lane[nt] + s * 1024;
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int tok = t0 + 8 * nt + 2 * c + e;
-                        xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
-                    }
-                }
-                if (ILV) fp4_slice_mma_ilv<NT>(cur, xf_s, xsc, acc[j]);
-                else fp4_slice_mma_seq<NT>(cur, xf_s, xsc, acc[j]);
-            }
-        }
-        if (STAGES > 0) cp_async_wait<0>(); /* nothing left in flight into the ring before the next pass */
-        float out[NT][4];
-        if (WPT == 1) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    out[nt][e] = (acc[0][nt][e] + acc[SLOTS > 1 ? 1 : 0][nt][e]) +
-                                 (acc[SLOTS > 2 ? 2 : 0][nt][e] + acc[SLOTS > 3 ? 3 : 0][nt][e]);
-        } else {
-            __syncthreads(); /* the previous pass's reads of part are done */
-#pragma unroll
-            for (int j = 0; j < SLOTS; j++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) part[(wk + WPT * j) & 3][tile_in_block][nt][e][lane] = acc[j][nt][e];
-            __syncthreads();
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float *pp = &part[0][tile_in_block][nt][e][lane];
-                    const size_t vl = (size_t)TPB * NT * 4 * 32; /* stride of the virtual lane index */
-                    out[nt][e] = (pp[0] + pp[vl]) + (pp[2 * vl] + pp[3 * vl]);
-                }
-        }
-        if (wk == 0) {
-            const float f = 64.0f * scale2;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t row = row0 + g + 8 * (e >> 1);
-                    const int tok = t0 + 8 * nt + 2 * c + (e & 1);
-                    if (row < N && tok < T) y[(size_t)tok * N + row] = out[nt][e] * f;
-                }
+        for (int e = 0; e < 2; e++) {
+            const int tok = t0 + 8 * nt + 2 * c + e;
+            xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
         }
     }
 }
+/* y for this lane's D fragment: rows row0 + g (+8), tokens t0 + 8 nt + 2c (+1). */
+template <int NT>
+__device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][4]) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t row = o.row0 + g + 8 * (e >> 1);
+            const int tok = t0 + 8 * nt + 2 * c + (e & 1);
+            if (row < o.N && tok < T) o.y[(size_t)tok * o.N + row] = acc[nt][e] * o.f;
+        }
+}
 
-/* x fragments for the mma family, grown on demand like xp_buf. */
+/* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use;
+ * the slices' p are summed in order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store
+ * nothing. Serves any T, NT token tiles (8 tokens each) per pass. */
+template <int NT, int TPB>
+__global__ void __launch_bounds__(TPB * 32) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                       const fp4_segments seg, const uint4 *xf, const float *xscale,
+                                                       int64_t S, int T) {
+    const int lane = threadIdx.x & 31;
+    const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
+    if (tile >= seg.tile_begin[seg.count]) return;
+    const fp4_tile_out o = fp4_tile_target(seg, tile);
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
+    grid_dependency_wait();
+    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
+        const uint4 *xf_lane[NT];
+        fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
+        float acc[NT][4];
+        for (int64_t s = 0; s < S; s++) {
+            fp4_slice_regs cur;
+            fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
+            const uint4 *xf_s[NT];
+            float xsc[NT][2], p[NT][4];
+            fp4_x_slice<NT>(xf_lane, xscale, S, T, t0, s, lane, xf_s, xsc);
+            fp4_slice_mma<NT>(cur, xf_s, xsc, p);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[nt][e] = s == 0 ? p[nt][e] : acc[nt][e] + p[nt][e];
+        }
+        fp4_store<NT>(o, T, t0, lane, acc);
+    }
+}
+
+/* Variant bulk_w<W>_r<R>: one block per tile. Warp W's first lane is the producer: it streams the tile's slice blocks
+ * with bulk copies into a ring of R shared-memory stages (R·4.6 KB in flight per block, no registers held), refilling
+ * a stage once its consumer has read it. Consumer warp w takes slices w, w + W, ... of every pass, writes each
+ * slice's p to shared memory, and warp 0 sums them in slice order (the same bits as mma_w1). The producer starts
+ * before the previous kernel (fp4_prep_x) has finished when launched with PDL: weights do not depend on it. */
+template <int NT, int W, int R>
+__global__ void __launch_bounds__((W + 1) * 32) fp4_bulk(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                         const fp4_segments seg, const uint4 *xf,
+                                                         const float *xscale, int64_t S, int T) {
+#ifdef QRT_SM90
+    extern __shared__ __align__(128) uint8_t fp4_smem[]; /* [R][FP4_STAGE_BYTES] stages, [S][NT][4][32] f32 p */
+    __shared__ __align__(8) uint64_t full[R], empty[R];
+    float *part = reinterpret_cast<float *>(fp4_smem + (size_t)R * FP4_STAGE_BYTES);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t tile = blockIdx.x;
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
+    const int passes = (T + 8 * NT - 1) / (8 * NT);
+    if (threadIdx.x == 0) {
+        for (int r = 0; r < R; r++) mbar_init(&full[r], 1), mbar_init(&empty[r], 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == W) { /* producer: use u = pass·S + s of the tile's slices goes to stage u % R */
+        if (lane == 0)
+            for (int64_t u = 0; u < (int64_t)passes * S; u++) {
+                const int r = (int)(u % R);
+                if (u >= R) mbar_wait(&empty[r], (unsigned)((u / R - 1) & 1));
+                mbar_expect_tx(&full[r], FP4_STAGE_BYTES);
+                bulk_copy(fp4_smem + (size_t)r * FP4_STAGE_BYTES, tile_blocks + (size_t)(u % S) * FP4_STAGE_BYTES,
+                          FP4_STAGE_BYTES, &full[r]);
+            }
+        return;
+    }
+    const fp4_tile_out o = fp4_tile_target(seg, tile);
+    grid_dependency_wait(); /* x fragments come from the previous kernel */
+    for (int pass = 0; pass < passes; pass++) {
+        const int t0 = pass * 8 * NT;
+        const uint4 *xf_lane[NT];
+        fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
+        for (int64_t s = warp; s < S; s += W) {
+            const int64_t u = (int64_t)pass * S + s;
+            const int r = (int)(u % R);
+            mbar_wait(&full[r], (unsigned)((u / R) & 1));
+            fp4_slice_regs cur;
+            fp4_stage_read(cur, fp4_smem + (size_t)r * FP4_STAGE_BYTES, lane);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[r]); /* the stage may be refilled */
+            const uint4 *xf_s[NT];
+            float xsc[NT][2], p[NT][4];
+            fp4_x_slice<NT>(xf_lane, xscale, S, T, t0, s, lane, xf_s, xsc);
+            fp4_slice_mma<NT>(cur, xf_s, xsc, p);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) part[((s * NT + nt) * 4 + e) * 32 + lane] = p[nt][e];
+        }
+        consumers_sync(W * 32);
+        if (warp == 0) {
+            float acc[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float a = part[(nt * 4 + e) * 32 + lane];
+                    for (int64_t s = 1; s < S; s++) a += part[((s * NT + nt) * 4 + e) * 32 + lane];
+                    acc[nt][e] = a;
+                }
+            fp4_store<NT>(o, T, t0, lane, acc);
+        }
+        consumers_sync(W * 32); /* part is rewritten by the next pass */
+    }
+#else
+    __trap(); /* not offered below sm_90 (fp4_variant_supported) */
+#endif
+}
+
+/* x fragments, grown on demand like xp_buf. */
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
 
@@ -686,10 +692,8 @@ static fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
     return seg;
 }
 
-/* blocks: the tiles of every segment (W's data for one linear, the fused group's otherwise). */
-template <int NT, int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
-    const int64_t Kp = qrt_nvfp4_row_elems(K), S = Kp / FP4_SLICE;
+/* x [T][K] → xf_buf fragments and slice scales (fp4_prep_x); returns the scales. */
+static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
     const int64_t TG = (T + 7) / 8;
     const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
     if (bytes > xf_cap) {
@@ -698,51 +702,81 @@ static void launch_mma(const uint8_t *blocks, const fp4_segments &seg, int64_t K
         QRT_CUDA_CHECK(cudaMalloc(&xf_buf, xf_cap));
     }
     float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
-    const int64_t warps = (int64_t)T * S;
-    fp4_prep_x<<<qrt_grid((size_t)warps * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
+    fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
     QRT_CUDA_LAUNCHED();
-    const size_t smem = STAGES > 0 ? (size_t)WPT * TPB * STAGES * FP4_STAGE_BYTES : 0;
-    static bool smem_set = false; /* one per instantiation: above 48 KB needs the opt-in */
-    if (!smem_set && smem > 0) {
-        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_mma<NT, WPT, TPB, STAGES, ILV>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = true;
+    return xscale;
+}
+
+/* Launch with programmatic dependent launch when the device allows it (sm_90+), else plainly; both give the same
+ * results, PDL only lets the kernel start (and stream its weights) while fp4_prep_x finishes. */
+static int pdl_ok = -1;
+template <typename... Args>
+static void launch_pdl(void (*kernel)(Args...), unsigned grid, unsigned threads, size_t smem, Args... args) {
+    if (pdl_ok < 0) {
+        int major = 0;
+        QRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        pdl_ok = major >= 9 && !getenv("QRT_NO_PDL");
     }
-    const unsigned grid = qrt_grid((size_t)seg.tile_begin[seg.count], TPB);
-    fp4_mma<NT, WPT, TPB, STAGES, ILV><<<grid, WPT * TPB * 32, smem>>>(blocks, seg, xf_buf, xscale, S, T);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = smem, cfg.stream = 0;
+    cfg.attrs = &attr, cfg.numAttrs = pdl_ok ? 1 : 0;
+    QRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-template <int WPT, int TPB, int STAGES, bool ILV>
-static void launch_mma_t(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
-    if (T <= 8) launch_mma<1, WPT, TPB, STAGES, ILV>(blocks, seg, K, x, T);
-    else launch_mma<2, WPT, TPB, STAGES, ILV>(blocks, seg, K, x, T);
+template <int NT, int TPB>
+static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
+    launch_pdl(fp4_mma_w1<NT, TPB>, qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, 0, blocks, seg,
+               (const uint4 *)xf_buf, (const float *)xscale, S, T);
 }
 
-/* Variant v (< FP4_VARIANTS) over the segments. */
-static void launch_mma_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
+template <int NT, int W, int R>
+static void launch_bulk(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
+    const size_t smem = (size_t)R * FP4_STAGE_BYTES + (size_t)S * NT * 4 * 32 * sizeof(float);
+    static size_t smem_set = 0; /* per instantiation: above 48 KB needs the opt-in */
+    if (smem > smem_set) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_bulk<NT, W, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    launch_pdl(fp4_bulk<NT, W, R>, (unsigned)seg.tile_begin[seg.count], (W + 1) * 32, smem, blocks, seg,
+               (const uint4 *)xf_buf, (const float *)xscale, S, T);
+}
+
+/* Variants: name, and whether the device can run it. */
+static const char *const fp4_variant_names[] = {"mma_w1", "bulk_w4_r8", "bulk_w8_r8", "bulk_w8_r16"};
+#define FP4_VARIANTS 4
+
+static bool fp4_variant_supported(int v) {
+    static int major = -1;
+    if (major < 0) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    return v == 0 || major >= 9;
+}
+
+/* Variant v (< FP4_VARIANTS) over the segments: x prepared, then one launch. */
+static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
+    QRT_ASSERT(fp4_variant_supported(v));
+    const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
+    const float *xscale = fp4_prepare_x(x, K, T, S);
+    const bool two = T > 8; /* token tiles per pass */
     switch (v) {
-    case 0: launch_mma_t<1, 4, 0, false>(blocks, seg, K, x, T); break;
-    case 1: launch_mma_t<4, 1, 0, false>(blocks, seg, K, x, T); break;
-    case 2: launch_mma_t<1, 4, 0, true>(blocks, seg, K, x, T); break;
-    case 3: launch_mma_t<4, 1, 0, true>(blocks, seg, K, x, T); break;
-    case 4: launch_mma_t<1, 4, 4, true>(blocks, seg, K, x, T); break;
-    default: launch_mma_t<4, 1, 4, true>(blocks, seg, K, x, T); break;
+    case 0: two ? launch_w1<2, 4>(blocks, seg, xscale, S, T) : launch_w1<1, 4>(blocks, seg, xscale, S, T); break;
+    case 1: two ? launch_bulk<2, 4, 8>(blocks, seg, xscale, S, T) : launch_bulk<1, 4, 8>(blocks, seg, xscale, S, T); break;
+    case 2: two ? launch_bulk<2, 8, 8>(blocks, seg, xscale, S, T) : launch_bulk<1, 8, 8>(blocks, seg, xscale, S, T); break;
+    default: two ? launch_bulk<2, 8, 16>(blocks, seg, xscale, S, T) : launch_bulk<1, 8, 16>(blocks, seg, xscale, S, T);
     }
+    QRT_CUDA_LAUNCHED();
 }
-
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_w1_ilv", "mma_k4_ilv", "mma_async_w1",
-                                                "mma_async_k4"};
-#define FP4_VARIANTS 6
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
-extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS ? 0 : -1; }
+extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS && fp4_variant_supported(v) ? 0 : -1; }
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    launch_mma_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, x, T);
-    QRT_CUDA_LAUNCHED();
+    launch_fp4_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, x, T);
 }
 
 /* ---- NVFP4 device layout: row-major rows → slice blocks (prepare_linear, tilebench) ------------------ */
@@ -887,7 +921,12 @@ static int forced_variant(void) {
                 long v = strtol(e, &end, 10);
                 if (!*end && v >= 0 && v < FP4_VARIANTS) forced = (int)v;
             }
-            if (forced < 0) fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s is not a variant; autotuning\n", e);
+            if (forced >= 0 && !fp4_variant_supported(forced)) {
+                fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s needs sm_90 or newer; autotuning\n", e);
+                forced = -1;
+            } else if (forced < 0) {
+                fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s is not a variant; autotuning\n", e);
+            }
         }
     }
     return forced;
@@ -907,6 +946,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     int best = 0;
     float best_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
+        if (!fp4_variant_supported(v)) continue;
         float ms = time_variant(v, W, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
@@ -1016,6 +1056,5 @@ void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, flo
         seg.y[j] = y[i];
     }
     seg.tile_begin[seg.count] = tile_begin[count];
-    launch_mma_variant(variant, (const uint8_t *)g->fused, seg, K, x, T);
-    QRT_CUDA_LAUNCHED();
+    launch_fp4_variant(variant, (const uint8_t *)g->fused, seg, K, x, T);
 }
