@@ -7,11 +7,11 @@
  *   NVFP4 (all on the tensor cores, one reduction order, autotuned; x split into f16 hi + lo by fp4_prep_x, made
  *   per call inside the timed call; see "the mma family" below)
  *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
- *   nvfp4 1  mma_k4         4 warps split one tile's slices (split-K), registers
- *   nvfp4 2  mma_w1_ilv     as 0, the four chunk steps' mma chains interleaved (hides mma latency, more registers)
- *   nvfp4 3  mma_k4_ilv     as 1, interleaved
- *   nvfp4 4  mma_async_w1   as 2, slices staged by cp.async into a 4-deep shared-memory ring per warp
- *   nvfp4 5  mma_async_k4   as 3, cp.async ring
+ *   nvfp4 1  mma_k4         a block of 4 warps per tile, splitting its slices (long K: down_proj)
+ *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
+ *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
+ *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
+ *   lost occupancy or spilled; programmatic dependent launch on the legacy stream gave nothing measurable.
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
@@ -237,8 +237,8 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 
 /* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
  * Why: a scalar kernel spends one f32 FMA per (element, token) on top of the E2M1 decode, so M=7 cost ~5.6x M=1
- * (and M=1 already issued ~4 instructions per element; the scalar family was removed once this one beat it). Here the decoded weights are
- * the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
+ * (and M=1 already issued ~4 instructions per element; the scalar family was removed once this one beat it). Here
+ * the decoded weights are the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
  * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
  *
  * Exactness. x is not rounded to f16: each 512-element slice of a token is scaled by a power of two (its max
@@ -249,12 +249,14 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
  * undone once at the end (y = acc · 64 · scale2). NaN in x propagates; a slice holding ±Inf gives NaN (hi − hi in
  * the lo split) where an f32 dot product could give ±Inf.
  *
- * Order (shared by every mma variant, so a row's result is the same bits for any T and any of them):
+ * Order (shared by every variant, so a row's result is the same bits for any T and either of them):
  * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
  *   4c..4c+3; "chunk step" q (0..3) covers chunk 4c+q of each of the 4 lanes; its 8 k-steps i take elements
  *   4i..4i+3 of those chunks (in the mma's k slots 2c, 2c+1, 2c+8, 2c+9 as e0 e2 | e1 e3);
- * - d = Σ_i mma(A_i, x_hi) then mma(A_i, x_lo), from d = 0, per chunk step; acc[s % 4] = fmaf(d, 2^e(t,s),
- *   acc[s % 4]) for q = 0..3, s increasing; y = ((acc0 + acc1) + (acc2 + acc3)) · 64 · scale2.
+ * - d_q = Σ_i mma(A_i, x_hi) then mma(A_i, x_lo), from 0, per chunk step (the four chains interleaved k-step by
+ *   k-step, which hides the mma latency and does not change any chain); p_s = ((d_0 + d_1) + (d_2 + d_3)) · 2^e(t,s);
+ *   y = ((p_0 + p_1) + p_2 + ...) · 64 · scale2, slices in order. A split-K variant sums the same p_s in the same
+ *   order after a barrier, so splitting never changes a bit.
  * A tensor-core dot product of one (row, token) uses only that row and that token, so n8-tile position, M and
  * the variant do not change it (checked bit for bit by test_cuda_ops).
  *
@@ -266,52 +268,10 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 #define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
 #define FP4_STAGE_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
-/* ---- bulk copies into shared memory (sm_90: cp.async.bulk completing on an mbarrier), PDL ------------------
- * Compiled only for sm_90+; the variants that use them are not offered on older devices (fp4_variant_supported). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define QRT_SM90 1
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-/* the barriers' initialisation visible to the bulk-copy (async) proxy before the first copy names them */
-__device__ __forceinline__ void mbar_init_fence(void) { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "WAIT:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra WAIT;\n\t}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-/* Barrier 1 over the consumer warps only (the producer warp never waits there). */
-__device__ __forceinline__ void consumers_sync(int threads) { asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory"); }
-/* Programmatic dependent launch: a kernel launched with the PDL attribute may start before the previous kernel
- * ends; it reads that kernel's output only after grid_dependency_wait. The previous kernel lets it start early with
- * launch_dependents. Both are no-ops in a launch without the attribute. */
-__device__ __forceinline__ void grid_dependency_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void launch_dependents(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-#else
-__device__ __forceinline__ void grid_dependency_wait(void) {}
-__device__ __forceinline__ void launch_dependents(void) {}
-#endif
 
 /* One warp per (token, slice): 16 elements per lane. */
 __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
                            uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
-    launch_dependents(); /* the GEMV may start streaming its weights now (PDL); it waits for xf before reading it */
     const int lane = threadIdx.x & 31;
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (wid >= (int64_t)T * S) return;
@@ -431,14 +391,6 @@ __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t 
     r.sa = ld_stream8(sd + lane), r.sb = ld_stream8(sd + 32 + lane);
 }
 
-
-__device__ __forceinline__ void fp4_stage_read(fp4_slice_regs &r, const uint8_t *stage, int lane) {
-    const uint4 *cd = reinterpret_cast<const uint4 *>(stage);
-    const uint2 *sd = reinterpret_cast<const uint2 *>(stage + FP4_CODE_BYTES);
-#pragma unroll
-    for (int q = 0; q < 4; q++) r.ca[q] = cd[q * 32 + lane], r.cb[q] = cd[(4 + q) * 32 + lane];
-    r.sa = sd[lane], r.sb = sd[32 + lane];
-}
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
@@ -567,19 +519,19 @@ __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, 
         }
 }
 
-/* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use;
- * the slices' p are summed in order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store
- * nothing. Serves any T, NT token tiles (8 tokens each) per pass. */
+/* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use
+ * (a register prefetch of the next slice measured slower: fewer warps fit); the slices' p are summed in
+ * order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store nothing. Serves any T, NT token
+ * tiles (8 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need. */
 template <int NT, int TPB>
-__global__ void __launch_bounds__(TPB * 32) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                       const fp4_segments seg, const uint4 *xf, const float *xscale,
-                                                       int64_t S, int T) {
+__global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                             const fp4_segments seg, const uint4 *xf,
+                                                             const float *xscale, int64_t S, int T) {
     const int lane = threadIdx.x & 31;
     const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
     if (tile >= seg.tile_begin[seg.count]) return;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
-    grid_dependency_wait();
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
         fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
@@ -600,53 +552,24 @@ __global__ void __launch_bounds__(TPB * 32) fp4_mma_w1(const uint8_t *blocks /* 
     }
 }
 
-/* Variant bulk_w<W>_r<R>: one block per tile. Warp W's first lane is the producer: it streams the tile's slice blocks
- * with bulk copies into a ring of R shared-memory stages (R·4.6 KB in flight per block, no registers held), refilling
- * a stage once its consumer has read it. Consumer warp w takes slices w, w + W, ... of every pass, writes each
- * slice's p to shared memory, and warp 0 sums them in slice order (the same bits as mma_w1). The producer starts
- * before the previous kernel (fp4_prep_x) has finished when launched with PDL: weights do not depend on it. */
-template <int NT, int W, int R>
-__global__ void __launch_bounds__((W + 1) * 32) fp4_bulk(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                         const fp4_segments seg, const uint4 *xf,
-                                                         const float *xscale, int64_t S, int T) {
-#ifdef QRT_SM90
-    extern __shared__ __align__(128) uint8_t fp4_smem[]; /* [R][FP4_STAGE_BYTES] stages, [S][NT][4][32] f32 p */
-    __shared__ __align__(8) uint64_t full[R], empty[R];
-    float *part = reinterpret_cast<float *>(fp4_smem + (size_t)R * FP4_STAGE_BYTES);
+/* Variant mma_k<WK>: one block of WK warps per 16-row tile, for long K (few tiles, many slices): warp w takes slices
+ * w, w + WK, ... (registers, as mma_w1), writes each slice's p to shared memory, and warp 0 sums them in slice order
+ * (the same bits as mma_w1). */
+template <int NT, int WK>
+__global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                     const fp4_segments seg, const uint4 *xf, const float *xscale,
+                                                     int64_t S, int T) {
+    extern __shared__ float fp4_part[]; /* [S][NT][4][32] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
-    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
-    const int passes = (T + 8 * NT - 1) / (8 * NT);
-    if (threadIdx.x == 0) {
-        for (int r = 0; r < R; r++) mbar_init(&full[r], 1), mbar_init(&empty[r], 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (warp == W) { /* producer: use u = pass·S + s of the tile's slices goes to stage u % R */
-        if (lane == 0)
-            for (int64_t u = 0; u < (int64_t)passes * S; u++) {
-                const int r = (int)(u % R);
-                if (u >= R) mbar_wait(&empty[r], (unsigned)((u / R - 1) & 1));
-                mbar_expect_tx(&full[r], FP4_STAGE_BYTES);
-                bulk_copy(fp4_smem + (size_t)r * FP4_STAGE_BYTES, tile_blocks + (size_t)(u % S) * FP4_STAGE_BYTES,
-                          FP4_STAGE_BYTES, &full[r]);
-            }
-        return;
-    }
     const fp4_tile_out o = fp4_tile_target(seg, tile);
-    grid_dependency_wait(); /* x fragments come from the previous kernel */
-    for (int pass = 0; pass < passes; pass++) {
-        const int t0 = pass * 8 * NT;
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
+    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
         fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
-        for (int64_t s = warp; s < S; s += W) {
-            const int64_t u = (int64_t)pass * S + s;
-            const int r = (int)(u % R);
-            mbar_wait(&full[r], (unsigned)((u / R) & 1));
+        for (int64_t s = warp; s < S; s += WK) {
             fp4_slice_regs cur;
-            fp4_stage_read(cur, fp4_smem + (size_t)r * FP4_STAGE_BYTES, lane);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[r]); /* the stage may be refilled */
+            fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
             const uint4 *xf_s[NT];
             float xsc[NT][2], p[NT][4];
             fp4_x_slice<NT>(xf_lane, xscale, S, T, t0, s, lane, xf_s, xsc);
@@ -654,26 +577,23 @@ __global__ void __launch_bounds__((W + 1) * 32) fp4_bulk(const uint8_t *blocks /
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) part[((s * NT + nt) * 4 + e) * 32 + lane] = p[nt][e];
+                for (int e = 0; e < 4; e++) fp4_part[((s * NT + nt) * 4 + e) * 32 + lane] = p[nt][e];
         }
-        consumers_sync(W * 32);
+        __syncthreads();
         if (warp == 0) {
             float acc[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float a = part[(nt * 4 + e) * 32 + lane];
-                    for (int64_t s = 1; s < S; s++) a += part[((s * NT + nt) * 4 + e) * 32 + lane];
+                    float a = fp4_part[(nt * 4 + e) * 32 + lane];
+                    for (int64_t s = 1; s < S; s++) a += fp4_part[((s * NT + nt) * 4 + e) * 32 + lane];
                     acc[nt][e] = a;
                 }
             fp4_store<NT>(o, T, t0, lane, acc);
         }
-        consumers_sync(W * 32); /* part is rewritten by the next pass */
+        __syncthreads(); /* fp4_part is rewritten by the next pass */
     }
-#else
-    __trap(); /* not offered below sm_90 (fp4_variant_supported) */
-#endif
 }
 
 /* x fragments, grown on demand like xp_buf. */
@@ -707,72 +627,40 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
     return xscale;
 }
 
-/* Launch with programmatic dependent launch when the device allows it (sm_90+), else plainly; both give the same
- * results, PDL only lets the kernel start (and stream its weights) while fp4_prep_x finishes. */
-static int pdl_ok = -1;
-template <typename... Args>
-static void launch_pdl(void (*kernel)(Args...), unsigned grid, unsigned threads, size_t smem, Args... args) {
-    if (pdl_ok < 0) {
-        int major = 0;
-        QRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-        pdl_ok = major >= 9 && !getenv("QRT_NO_PDL");
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = smem, cfg.stream = 0;
-    cfg.attrs = &attr, cfg.numAttrs = pdl_ok ? 1 : 0;
-    QRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
 template <int NT, int TPB>
 static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
-    launch_pdl(fp4_mma_w1<NT, TPB>, qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, 0, blocks, seg,
-               (const uint4 *)xf_buf, (const float *)xscale, S, T);
+    fp4_mma_w1<NT, TPB><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32>>>(blocks, seg, xf_buf, xscale, S,
+                                                                                          T);
 }
 
-template <int NT, int W, int R>
-static void launch_bulk(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
-    const size_t smem = (size_t)R * FP4_STAGE_BYTES + (size_t)S * NT * 4 * 32 * sizeof(float);
+template <int NT, int WK>
+static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
+    const size_t smem = (size_t)S * NT * 4 * 32 * sizeof(float);
     static size_t smem_set = 0; /* per instantiation: above 48 KB needs the opt-in */
     if (smem > smem_set) {
-        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_bulk<NT, W, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_mma_k<NT, WK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    launch_pdl(fp4_bulk<NT, W, R>, (unsigned)seg.tile_begin[seg.count], (W + 1) * 32, smem, blocks, seg,
-               (const uint4 *)xf_buf, (const float *)xscale, S, T);
+    fp4_mma_k<NT, WK><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xf_buf, xscale, S, T);
 }
 
-/* Variants: name, and whether the device can run it. */
-static const char *const fp4_variant_names[] = {"mma_w1", "bulk_w4_r8", "bulk_w8_r8", "bulk_w8_r16"};
-#define FP4_VARIANTS 4
-
-static bool fp4_variant_supported(int v) {
-    static int major = -1;
-    if (major < 0) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    return v == 0 || major >= 9;
-}
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4"};
+#define FP4_VARIANTS 2
 
 /* Variant v (< FP4_VARIANTS) over the segments: x prepared, then one launch. */
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
-    QRT_ASSERT(fp4_variant_supported(v));
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
     const float *xscale = fp4_prepare_x(x, K, T, S);
     const bool two = T > 8; /* token tiles per pass */
-    switch (v) {
-    case 0: two ? launch_w1<2, 4>(blocks, seg, xscale, S, T) : launch_w1<1, 4>(blocks, seg, xscale, S, T); break;
-    case 1: two ? launch_bulk<2, 4, 8>(blocks, seg, xscale, S, T) : launch_bulk<1, 4, 8>(blocks, seg, xscale, S, T); break;
-    case 2: two ? launch_bulk<2, 8, 8>(blocks, seg, xscale, S, T) : launch_bulk<1, 8, 8>(blocks, seg, xscale, S, T); break;
-    default: two ? launch_bulk<2, 8, 16>(blocks, seg, xscale, S, T) : launch_bulk<1, 8, 16>(blocks, seg, xscale, S, T);
-    }
+    if (v == 0) two ? launch_w1<2, 4>(blocks, seg, xscale, S, T) : launch_w1<1, 4>(blocks, seg, xscale, S, T);
+    else two ? launch_k<2, 4>(blocks, seg, xscale, S, T) : launch_k<1, 4>(blocks, seg, xscale, S, T);
     QRT_CUDA_LAUNCHED();
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
-extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS && fp4_variant_supported(v) ? 0 : -1; }
+extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS ? 0 : -1; }
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
@@ -921,12 +809,7 @@ static int forced_variant(void) {
                 long v = strtol(e, &end, 10);
                 if (!*end && v >= 0 && v < FP4_VARIANTS) forced = (int)v;
             }
-            if (forced >= 0 && !fp4_variant_supported(forced)) {
-                fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s needs sm_90 or newer; autotuning\n", e);
-                forced = -1;
-            } else if (forced < 0) {
-                fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s is not a variant; autotuning\n", e);
-            }
+            if (forced < 0) fprintf(stderr, "qwenrt: QRT_NVFP4_VARIANT=%s is not a variant; autotuning\n", e);
         }
     }
     return forced;
@@ -946,7 +829,6 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     int best = 0;
     float best_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
-        if (!fp4_variant_supported(v)) continue;
         float ms = time_variant(v, W, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
