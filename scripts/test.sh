@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: release build + CPU tests, the same tests under AddressSanitizer +
-# UBSan, the libFuzzer targets for a short while (clang), and a compile of the CUDA backend when nvcc is
-# present (tests that need a GPU skip themselves on machines without one). Tests run one at a time: each
-# CPU test already uses every core through OpenMP.
+# The whole test suite, as CI runs it: a compile of the CUDA backend when nvcc is present (tests that need a GPU
+# skip themselves on machines without one), the libFuzzer targets for a short while (clang), release build + all
+# tests, and the CPU tests again under AddressSanitizer + UBSan. The runs that execute tests come last, so the
+# log ends with their summary. Tests run one at a time: each CPU test already uses every core through OpenMP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fuzz_seconds=${QRT_FUZZ_SECONDS:-30}
 
-echo "== release build + tests"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure
-
-echo "== AddressSanitizer + UBSan build + CPU tests"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRT_SANITIZE=ON >/dev/null
-cmake --build build-asan -j"$jobs"
-ctest --test-dir build-asan --output-on-failure -L cpu
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    if grep -q QRT_CUDA CMakeLists.txt && [ -d src/backend/cuda ] && ls src/backend/cuda/*.cu >/dev/null 2>&1; then
+        echo "== CUDA backend compile check"
+        PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON >/dev/null
+        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda -j"$jobs"
+        ctest --test-dir build-cuda --output-on-failure -L gpu -j1
+    fi
+fi
 
 if command -v clang >/dev/null; then
     echo "== libFuzzer targets, ${fuzz_seconds}s each"
@@ -34,12 +33,14 @@ else
     echo "== clang not found: libFuzzer targets skipped"
 fi
 
-if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-    if grep -q QRT_CUDA CMakeLists.txt && [ -d src/backend/cuda ] && ls src/backend/cuda/*.cu >/dev/null 2>&1; then
-        echo "== CUDA backend compile check"
-        PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON >/dev/null
-        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda -j"$jobs"
-        ctest --test-dir build-cuda --output-on-failure -L gpu -j1
-    fi
-fi
+echo "== release build + tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure
+
+echo "== AddressSanitizer + UBSan build + CPU tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRT_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -L cpu
+
 echo "== all tests passed"
