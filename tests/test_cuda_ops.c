@@ -114,12 +114,18 @@ static void expect_same_bits(const char *what, const float *a, const float *b, s
 /* ---- dense matmul ---------------------------------------------------------------------------------- */
 
 static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
-    size_t esize = fmt == QRT_WF_F32 ? 4 : 2;
+    size_t esize = fmt == QRT_WF_F32 ? 4 : fmt == QRT_WF_FP8B ? 1 : 2;
     uint8_t *wh = malloc((size_t)N * K * esize);
+    /* FP8: random e4m3 codes (never NaN: 0x7f / 0xff), one scale per 128×128 block in [2^-8, 2^-6) */
+    const size_t nscales = (size_t)QRT_CEIL_DIV(N, 128) * (size_t)QRT_CEIL_DIV(K, 128);
+    float *sh = fmt == QRT_WF_FP8B ? host_rand(nscales, seed + 7, 1.0f / 256, 1.0f / 64) : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * K; i++) {
         float v = urand(seed, (size_t)i, -1.0f, 1.0f);
-        if (fmt == QRT_WF_F32) memcpy(wh + 4 * i, &v, 4);
+        if (fmt == QRT_WF_FP8B) {
+            uint8_t b = (uint8_t)(mix64(seed * 31 + (uint64_t)i) >> 24);
+            wh[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b ^ 1) : b;
+        } else if (fmt == QRT_WF_F32) memcpy(wh + 4 * i, &v, 4);
         else if (fmt == QRT_WF_BF16) {
             uint16_t b = qrt_f32_to_bf16(v);
             memcpy(wh + 2 * i, &b, 2);
@@ -135,12 +141,12 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
             memcpy(wh + 2 * i, &h, 2);
         }
     }
-    qrt_linear wc = {.fmt = fmt, .n = N, .k = K, .data = wh, .name = "test"};
+    qrt_linear wc = {.fmt = fmt, .n = N, .k = K, .data = wh, .scales = sh, .name = "test"};
     qrt_linear wg = wc;
     if (gpu->prepare_linear(&wg) != QRT_OK) {
         printf("FAIL prepare_linear: %s\n", qrt_last_error());
         failures++;
-        free(wh);
+        free(wh), free(sh);
         return;
     }
     int Tmax = 0;
@@ -171,8 +177,8 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
         free(y);
         gpu->free(yd);
     }
-    free(y0), free(y1), gpu->free(y1d), gpu->free(xd), free(x), free(ref), free(wh);
-    gpu->free((void *)wg.data);
+    free(y0), free(y1), gpu->free(y1d), gpu->free(xd), free(x), free(ref), free(wh), free(sh);
+    gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
 }
 
 /* ---- NVFP4 ----------------------------------------------------------------------------------------- */
@@ -543,8 +549,11 @@ int main(int argc, char **argv) {
     test_dense(QRT_WF_BF16, 5120, 17408, Ts_real, 3, 12);
     test_dense(QRT_WF_BF16, 10240, 5120, Ts_real, 3, 13);
     test_dense(QRT_WF_BF16, 48, 5120, Ts_small, 6, 14);
-    for (int f = 0; f < 3; f++) {
-        qrt_wformat fmt = f == 0 ? QRT_WF_BF16 : f == 1 ? QRT_WF_F16 : QRT_WF_F32;
+    /* FP8 block-128 (the MTP head of the NVFP4 checkpoints): its shapes, and N, K not multiples of 128 */
+    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_real, 3, 16);
+    test_dense(QRT_WF_FP8B, 14336, 5120, Ts_real, 3, 17);
+    for (int f = 0; f < 4; f++) {
+        qrt_wformat fmt = f == 0 ? QRT_WF_BF16 : f == 1 ? QRT_WF_F16 : f == 2 ? QRT_WF_F32 : QRT_WF_FP8B;
         test_dense(fmt, 1000, 130, Ts_small, 6, 20 + f);
         test_dense(fmt, 37, 72, Ts_small, 6, 30 + f);
         test_dense(fmt, 3, 5, Ts_small, 6, 40 + f);

@@ -264,9 +264,6 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
     m->ck.first_mtp_file = -1;
     qrt_status st = qrt_config_preset(preset, &m->cfg);
     if (st == QRT_OK) st = qrt_model_apply_opts(m, opts);
-    if (st == QRT_OK && fmt == QRT_WF_FP8B && strcmp(m->be->name, "cpu") != 0)
-        st = qrt_fail(QRT_ERR_UNSUPPORTED, "the %s backend has no FP8 matmul yet; use --format nvfp4 or bf16, or "
-                      "--device cpu", m->be->name);
     if (st != QRT_OK) {
         free(m);
         return st;

@@ -106,6 +106,16 @@ static qrt_status cuda_prepare_linear(qrt_linear *w) {
                                    (size_t)qrt_dense_row_elems(w->fmt, w->k) * esize, &data));
         break;
     }
+    case QRT_WF_FP8B: { /* e4m3 rows padded like the dense formats; the f32 block scales as they are */
+        QRT_TRY(upload_padded_rows(w->data, w->n, (size_t)w->k, (size_t)qrt_dense_row_elems(w->fmt, w->k), &data));
+        const size_t scale_bytes = (size_t)((w->n + 127) / 128) * (size_t)((w->k + 127) / 128) * sizeof(float);
+        qrt_status st = upload_padded_rows(w->scales, 1, scale_bytes, scale_bytes, &scales);
+        if (st != QRT_OK) {
+            cuda_free(data);
+            return st;
+        }
+        break;
+    }
     case QRT_WF_NVFP4: {
         if (w->k % 16)
             return qrt_fail(QRT_ERR_WEIGHTS, "%s: NVFP4 needs K divisible by 16, K is %lld", w->name ? w->name : "?",

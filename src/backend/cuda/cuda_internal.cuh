@@ -33,10 +33,10 @@ void qrt_cuda_after_launch(const char *file, int line);
 
 static inline unsigned qrt_grid(size_t n, unsigned block) { return (unsigned)((n + block - 1) / block); }
 
-/* Dense weight rows are padded on the device to a multiple of 16 bytes (see prepare_linear), so every
+/* Dense (and FP8) weight rows are padded on the device to a multiple of 16 bytes (see prepare_linear), so every
  * row starts 16-byte aligned. Elements per padded row: */
 static inline int64_t qrt_dense_row_elems(int fmt, int64_t k) {
-    int64_t per16 = fmt == QRT_WF_F32 ? 4 : 8;
+    int64_t per16 = fmt == QRT_WF_F32 ? 4 : fmt == QRT_WF_FP8B ? 16 : 8;
     return (k + per16 - 1) / per16 * per16;
 }
 /* NVFP4 rows are padded to a multiple of 512 elements (256 bytes of codes, 32 scale bytes; codes and scales

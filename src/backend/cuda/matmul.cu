@@ -1,6 +1,7 @@
 /* Matmul y [T][N] = x [T][K] · Wᵀ for every weight format, and the NVFP4 autotuner.
  *
- * Variants (dense = BF16/F16/F32, picked by T; NVFP4 = W4A16, picked by measurement):
+ * Variants (dense = BF16/F16/F32 and FP8 block-128, picked by T; NVFP4 = W4A16, picked by measurement). FP8 runs
+ * the dense kernels: each chunk of 16 e4m3 is widened and multiplied by its block scale, as the CPU backend does.
  *   dense 0  dense_gemv<fmt, TT>   T ≤ 16: one warp per row, TT tokens share each 16-byte weight load;
  *                                  x first copied into lane order (permute_x_lanes) for coalesced loads
  *   dense 1  dense_tiled<fmt>      T > 16: 8 warps × 4 rows per block, 16-token x tile in shared memory
@@ -16,7 +17,7 @@
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
  * choice never changes a result:
- * - dense: the row is cut into 16-byte chunks (8 BF16/F16 or 4 F32 elements); chunk c belongs to lane
+ * - dense: the row is cut into 16-byte chunks (8 BF16/F16, 4 F32 or 16 FP8 elements); chunk c belongs to lane
  *   c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane
  *   sums are added by the xor butterfly of warp_sum.
  * - NVFP4: see "the mma family" below.
@@ -82,20 +83,36 @@ static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t
     return xp_buf;
 }
 
-/* ---- dense (BF16 / F16 / F32) --------------------------------------------------------------------- */
+/* ---- dense (BF16 / F16 / F32) and FP8 block-128 ------------------------------------------------------ */
 
 template <int FMT> struct dense_traits;
 template <> struct dense_traits<QRT_WF_BF16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F32> { enum { CE = 4, ES = 4 }; };
+template <> struct dense_traits<QRT_WF_FP8B> { enum { CE = 16, ES = 1 }; };
 
-/* The CE elements of chunk c of a padded weight row, widened to f32. */
+/* FP8 block scales of a row (scales [ceil(N/128)][cols], f32); NULL for the float formats. */
+__device__ __forceinline__ const float *fp8_row_scales(const float *scales, int64_t cols, int64_t row) {
+    return scales ? scales + (row / 128) * cols : NULL;
+}
+
+/* The CE elements of chunk c of a padded weight row, widened to f32. FP8: e4m3 · its block's scale, the product
+ * the CPU backend forms (a chunk of 16 never spans two 128-column blocks). */
 template <int FMT>
-__device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements */, int64_t c,
-                                             float *w /* [CE] */) {
+__device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements */, int64_t c, float *w /* [CE] */,
+                                             const float *srow /* FP8 only: the row's block scales */) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(row) + c);
     uint32_t words[4] = {u.x, u.y, u.z, u.w};
-    if (FMT == QRT_WF_F32) {
+    if (FMT == QRT_WF_FP8B) {
+        const float sc = srow[c * 16 / 128];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[j / 2] >> (16 * (j & 1))), __NV_E4M3);
+            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
+            w[2 * j] = f.x * sc;
+            w[2 * j + 1] = f.y * sc;
+        }
+    } else if (FMT == QRT_WF_F32) {
 #pragma unroll
         for (int j = 0; j < 4; j++) w[j] = __uint_as_float(words[j]);
     } else if (FMT == QRT_WF_BF16) {
@@ -116,7 +133,8 @@ __device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements
 }
 
 template <int FMT, int TT>
-__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t Kp,
+__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, const float *scales,
+                                                  int64_t scale_cols, int64_t N, int64_t Kp,
                                                   const float4 *xp /* [T][G][CE/4][32] lane order */, int64_t G,
                                                   int T, float *y /* [T][N] */) {
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES;
@@ -124,6 +142,7 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (row >= N) return;
     const uint8_t *wrow = W + row * Kp * ES;
+    const float *srow = fp8_row_scales(scales, scale_cols, row);
     const int64_t nchunks = Kp / CE;
     for (int t0 = 0; t0 < T; t0 += TT) {
         float acc[TT];
@@ -132,7 +151,7 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
 #pragma unroll 4
         for (int64_t c = lane; c < nchunks; c += 32) {
             float w[CE];
-            load_w_chunk<FMT>(wrow, c, w);
+            load_w_chunk<FMT>(wrow, c, w, srow);
 #pragma unroll
             for (int tt = 0; tt < TT; tt++) {
                 if (t0 + tt >= T) break;
@@ -160,8 +179,9 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
 #define TILED_TOKENS 16
 
 template <int FMT>
-__global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t K,
-                                                                int64_t Kp, const float *x /* [T][K] */, int T,
+__global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W /* [N][Kp] */, const float *scales,
+                                                                int64_t scale_cols, int64_t N, int64_t K, int64_t Kp,
+                                                                const float *x /* [T][K] */, int T,
                                                                 float *y /* [T][N] */) {
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES, SLAB = 32 * CE;
     /* +4: keeps 16-byte alignment of every row and staggers the rows over the banks */
@@ -188,7 +208,8 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
         float w[TILED_ROWS_PER_WARP][CE];
 #pragma unroll
         for (int r = 0; r < TILED_ROWS_PER_WARP; r++) {
-            if (row0 + r < N) load_w_chunk<FMT>(W + (row0 + r) * Kp * ES, c, w[r]);
+            if (row0 + r < N)
+                load_w_chunk<FMT>(W + (row0 + r) * Kp * ES, c, w[r], fp8_row_scales(scales, scale_cols, row0 + r));
             else
 #pragma unroll
                 for (int j = 0; j < CE; j++) w[r][j] = 0.0f;
@@ -219,18 +240,20 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
 template <int FMT> static void launch_dense(const qrt_linear *W, const float *x, int T, float *y) {
     const int64_t N = W->n, K = W->k, Kp = qrt_dense_row_elems(FMT, K);
     const uint8_t *w = (const uint8_t *)W->data;
+    const float *sc = FMT == QRT_WF_FP8B ? (const float *)W->scales : NULL;
+    const int64_t scols = (K + 127) / 128;
     if (T <= 16) {
         int64_t G;
         const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
         unsigned grid = qrt_grid((size_t)N, 4);
-        if (T == 1) dense_gemv<FMT, 1><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
-        else if (T == 2) dense_gemv<FMT, 2><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
-        else if (T <= 4) dense_gemv<FMT, 4><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
-        else if (T <= 8) dense_gemv<FMT, 8><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
-        else dense_gemv<FMT, 16><<<grid, 128>>>(w, N, Kp, xp, G, T, y);
+        if (T == 1) dense_gemv<FMT, 1><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T == 2) dense_gemv<FMT, 2><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T <= 4) dense_gemv<FMT, 4><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T <= 8) dense_gemv<FMT, 8><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
+        else dense_gemv<FMT, 16><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
-        dense_tiled<FMT><<<grid, TILED_WARPS * 32>>>(w, N, K, Kp, x, T, y);
+        dense_tiled<FMT><<<grid, TILED_WARPS * 32>>>(w, sc, scols, N, K, Kp, x, T, y);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -852,6 +875,7 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     case QRT_WF_BF16: launch_dense<QRT_WF_BF16>(W, x, T, y); break;
     case QRT_WF_F16: launch_dense<QRT_WF_F16>(W, x, T, y); break;
     case QRT_WF_F32: launch_dense<QRT_WF_F32>(W, x, T, y); break;
+    case QRT_WF_FP8B: launch_dense<QRT_WF_FP8B>(W, x, T, y); break;
     case QRT_WF_NVFP4: qrt_nvfp4_matmul_variant(qrt_nvfp4_pick(W, T), W, x, T, y); break;
     default: QRT_ASSERT(!"weight format without a CUDA matmul (prepare_linear refuses it)");
     }
