@@ -97,22 +97,37 @@ static double host_time_op(host_op op, uint8_t *src, uint8_t *dst, size_t bytes,
     return per[2];
 }
 
+/* Region of fresh memory a size rotates over: ≥ 8× the size, or the size alone once that is ≥ 256 MiB. */
+static size_t host_region(size_t bytes) { return bytes * 8 >= ((size_t)1 << 28) ? bytes : bytes * 8; }
+
+static uint8_t *host_buffer(size_t region) {
+    uint8_t *p = qrt_alloc_aligned(region);
+    if (!p) fprintf(stderr, "qwenrt membw: cannot allocate %.0f MB of host memory; use smaller sizes\n", region / 1e6);
+    else host_pass(H_WRITE, NULL, p, region); /* touch every page before timing */
+    return p;
+}
+
 static int host_point(qrt_bw_point *p) {
-    const size_t bytes = p->bytes, region = bytes * 8 >= ((size_t)1 << 28) ? bytes : bytes * 8;
+    const size_t bytes = p->bytes, region = host_region(bytes);
     const int slots = (int)(region / bytes);
-    uint8_t *src = qrt_alloc_aligned(region), *dst = qrt_alloc_aligned(region);
-    if (!src || !dst) {
-        free(src), free(dst);
-        fprintf(stderr, "qwenrt membw: cannot allocate 2 x %.0f MB of host memory; use smaller --sizes\n",
-                region / 1e6);
-        return 1;
-    }
-    host_pass(H_WRITE, NULL, src, region); /* touch every page before timing */
-    host_pass(H_WRITE, NULL, dst, region);
+    uint8_t *src = host_buffer(region), *dst = src ? host_buffer(region) : NULL;
+    if (!dst) return free(src), 1;
     p->copy_gbs = host_time_op(H_COPY, src, dst, bytes, slots);
     p->read_gbs = host_time_op(H_READ, src, dst, bytes, slots);
     p->write_gbs = host_time_op(H_WRITE, src, dst, bytes, slots);
     free(src), free(dst);
+    return 0;
+}
+
+int qrt_membw_read(int gpu, size_t bytes, double *gbs) {
+#ifdef QRT_HAVE_CUDA
+    if (gpu) return qrt_membw_cuda_read(bytes, gbs);
+#endif
+    const size_t region = host_region(bytes);
+    uint8_t *src = host_buffer(region);
+    if (!src) return 1;
+    *gbs = host_time_op(H_READ, src, src, bytes, (int)(region / bytes)); /* dst unused by a read */
+    free(src);
     return 0;
 }
 
