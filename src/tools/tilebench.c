@@ -104,12 +104,14 @@ static int parse_words(const char *flag, const char *s, const char *const *words
         return 0;
     }
     snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+    int n = 0;
+    for (char *save = NULL, *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save), n++) {
         int i = qrt_tool_word("tilebench", flag, w, words, n_words);
         if (i < 0) return 0;
         on[i] = 1;
     }
-    return 1;
+    if (!n) fprintf(stderr, "qwenrt tilebench: %s names nothing, got '%s'\n", flag, s);
+    return n > 0;
 }
 
 static int set_full_m(tilebench *b) {
