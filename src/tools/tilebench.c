@@ -457,9 +457,18 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
 
 /* ---- the run ------------------------------------------------------------------------------------- */
 
+/* How a kernel's time grows with M, for the estimate: tensor-core and dense kernels share each weight load
+ * over 8+ tokens; the NVFP4 scalar family (reduction order 1) pays one FMA per (element, token), so ~M. */
+static double growth(const tilebench *b, int v, int M) {
+#ifdef QRT_HAVE_CUDA
+    if (v >= 0 && qrt_nvfp4_variant_order(v) != 0) return M;
+#endif
+    return QRT_MAX(1.0, M / 8.0);
+}
+
 /* A rough a-priori run time: every kernel reads its weights at half the measured bandwidth (5 µs at least
- * on the GPU: launch and tail), its time growing as M / 8 past 8 tokens; plus the host fill and upload of the
- * copies at 5 GB/s. Printed so a run on a remote machine can be given a time limit. */
+ * on the GPU: launch and tail), slower with M as growth() says; plus the host fill and upload of the copies
+ * at 5 GB/s. Printed so a run on a remote machine can be given a time limit. */
 static double estimate_s(const tilebench *b) {
     double s_total = 0;
     for (int si = 0; si < b->n_shapes; si++) {
@@ -470,12 +479,13 @@ static double estimate_s(const tilebench *b) {
             int v[TB_MAX_KERNELS];
             const int nk = kernels_of(b, proto.fmt, v);
             s_total += QRT_MAX(bytes, 4.0 * b->cache_bytes) / 5e9;
-            for (int mi = 0; mi < b->n_m; mi++) {
-                double t = bytes / (0.5 * b->peak_gbs * 1e9) * 1e3 * QRT_MAX(1.0, b->m[mi] / 8.0);
-                t = QRT_MAX(t, b->gpu ? 0.005 : 0.0);
-                const double reps = QRT_MAX(3.0, QRT_MIN((double)b->reps, b->cell_ms / t));
-                s_total += nk * (b->warmups + reps) * t / 1e3;
-            }
+            for (int mi = 0; mi < b->n_m; mi++)
+                for (int k = 0; k < nk; k++) {
+                    double t = bytes / (0.5 * b->peak_gbs * 1e9) * 1e3 * growth(b, v[k], b->m[mi]);
+                    t = QRT_MAX(t, b->gpu ? 0.005 : 0.0);
+                    const double reps = QRT_MAX(3.0, QRT_MIN((double)b->reps, b->cell_ms / t));
+                    s_total += (b->warmups + reps) * t / 1e3;
+                }
         }
     }
     return s_total;
@@ -573,7 +583,7 @@ static int run(tilebench *b) {
            "4x that)\n", date, line, b->dir ? "config" : "preset", b->dir ? b->dir : b->preset, b->be->name,
            b->cache_bytes >> 20);
     const double est = estimate_s(b);
-    printf("# estimated run time: about %.0f s (rough: kernels at half the read bandwidth, slower past M = 8)\n\n", est);
+    printf("# estimated run time: about %.0f s (rough: kernels at half the read bandwidth, slower with M)\n\n", est);
     printf("%-12s %-6s %4s %-14s %10s %8s %7s %9s %4s\n", "shape", "format", "M", "kernel", "ms", "GB/s", "%read",
            "GFLOP/s", "reps");
     tb_summary sum[TB_MAX_SHAPES][3];
