@@ -28,9 +28,8 @@ static const char *usage_main =
     "                  synthetic model when no -m DIR is given\n"
     "  membw           memory bandwidth: copy/read/write by size and a sustained read (GPU or host)\n"
     "  doctor          device, clocks, thermal/power state, bandwidth vs spec sheet, and a verdict\n"
-#ifdef QRT_HAVE_CUDA
-    "  tilebench       time the NVFP4 matmul variants at the 27B shapes against measured bandwidth\n"
-#endif
+    "  tilebench       every matmul kernel on every matmul shape of a model (M = 1..256) vs measured\n"
+    "                  read bandwidth, and the autotuner's pick (GPU or CPU)\n"
     "\n"
     "DIR is a Hugging Face checkpoint folder: config.json and model.safetensors (or shards listed in\n"
     "model.safetensors.index.json), read in place.\n";
@@ -384,9 +383,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "detokenize")) return qrt_cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return qrt_cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return qrt_cmd_chat(argc - 2, argv + 2);
-#ifdef QRT_HAVE_CUDA
     if (!strcmp(cmd, "tilebench")) return qrt_tool_tilebench(argc - 2, argv + 2);
-#endif
     fprintf(stderr, "qwenrt: unknown command '%s'\n\n%s", cmd, usage_main);
     return 2;
 }

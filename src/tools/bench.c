@@ -24,27 +24,43 @@
 static const char *usage =
     "usage: qwenrt bench [-m DIR [--mtp DIR] | --synthetic tiny|qwen3.6-27b] [--format nvfp4|bf16|fp8]\n"
     "                    [--ctx 128,2048] [-K 6] [-n 64] [--reps 3] [--parity] [--prompt repeat|chat]\n"
-    "                    [--sim-al A] [--no-breakdown] [--json FILE] [--device auto|cpu|cuda] [--threads N]\n"
+    "                    [--sim-al A] [--kv f32|bf16|fp8] [--no-breakdown] [--json FILE]\n"
+    "                    [--device auto|cpu|cuda] [--threads N]\n"
     "\n"
-    "Decode benchmark. Without -m: a synthetic model with random weights made in memory (tiny on the CPU,\n"
-    "the Qwen3.6-27B shape on a GPU; --format nvfp4 = every linear NVFP4, GDN projections and lm_head too,\n"
-    "the default), labelled synthetic on every line.\n"
-    "  --ctx L      prompt lengths (comma-separated)        -K L   draft counts per cycle (0 = no MTP)\n"
-    "  -n N         new tokens per generation (eos ignored) --reps R  timed repetitions after one warmup\n"
-    "  --prompt     repeat: a fixed English text repeated and tokenized to exactly ctx tokens (a fixed\n"
-    "               token-id pattern when the model has no tokenizer.json, e.g. synthetic); chat: three\n"
-    "               chat-templated prompts (code, prose, JSON), ctx = their lengths (needs a tokenizer)\n"
-    "  --sim-al A   simulate acceptance: accept floor((c+1)A) - floor(cA) drafts in cycle c (mean A), the\n"
-    "               drafts as proposed; output then differs from plain decoding (rows say 'simulated AL')\n"
-    "  --parity     per ctx: greedy outputs of K=0, K=1 and the largest K (no simulation) must be identical\n"
-    "  --json FILE  everything below as JSON (docs/bench-schema.md)\n"
+    "Decode benchmark: for each ctx and each K, one warmup generation and --reps timed ones (greedy, eos\n"
+    "ignored), each rep with a hash of its output tokens, then the median in the table\n"
+    "ctx K TTFT_ms dec_ms tok/s AL att acc (+ chain/verify ms per cycle), a kernel breakdown, and the parity line.\n"
+    "  -m DIR         a Hugging Face checkpoint folder (its tokenizer.json, when present, makes the prompts)\n"
+    "  --mtp DIR      a folder holding mtp.safetensors (the MTP head shipped separately)\n"
+    "  --synthetic P  without -m: random weights made in memory in the shape of preset P (default: tiny on the\n"
+    "                 CPU, qwen3.6-27b on a GPU), with an MTP head; labelled synthetic on every line\n"
+    "  --format F     of the synthetic model's linears: nvfp4 (default: every linear, GDN projections and\n"
+    "                 lm_head too), bf16, or fp8 (CPU only); the embedding stays BF16\n"
+    "  --ctx L        prompt lengths, comma-separated (default 128,2048)\n"
+    "  -K L           draft tokens per speculative cycle, comma-separated (0 = no MTP; default 6)\n"
+    "  -n N           new tokens per generation (default 64)\n"
+    "  --reps R       timed repetitions after one warmup (default 3; the median is shown)\n"
+    "  --prompt P     repeat: a fixed English text repeated and tokenized to exactly ctx tokens (a fixed\n"
+    "                 token-id pattern when the model has no tokenizer.json, e.g. synthetic); chat: three\n"
+    "                 chat-templated prompts (code, prose, JSON), ctx = their lengths (needs a tokenizer)\n"
+    "  --sim-al A     simulate acceptance: accept floor((c+1)A) - floor(cA) drafts in cycle c (mean A), the\n"
+    "                 drafts as proposed; output then differs from plain decoding (rows say 'simulated AL')\n"
+    "  --parity       per ctx: greedy outputs of K=0, K=1 and the largest K (no simulation) must be identical\n"
+    "  --kv F         KV cache format: f32 (default, exact), bf16, or fp8 (e4m3, one scale per token and head)\n"
+    "  --no-breakdown skip the extra profiled generation per row (the kernel-category breakdown)\n"
+    "  --json FILE    everything below as JSON (docs/bench-schema.md)\n"
+    "  --device D     cuda, cpu, or auto (default: cuda when this build has CUDA and a GPU is present)\n"
+    "  --threads N    CPU threads (default: OpenMP's)\n"
     "metrics: TTFT_ms = prefill up to the first token's logits; dec_ms = first to last new token;\n"
     "  tok/s = (n - 1) / dec_ms * 1000; att = speculative cycles, acc = accepted drafts, AL = acc / att (the\n"
-    "  bonus token not counted; tokens per cycle = AL + 1); chain_ms = K MTP draft steps (+ the catch-up on\n"
-    "  accepted tokens), verify_ms = K+1 tokens through the main model, both per cycle. Timing: monotonic\n"
-    "  host clock; every phase ends in a blocking logits download, so the GPU's work is inside it.\n"
+    "  bonus token not counted; tokens per cycle = AL + 1); full accept = cycles that accepted all K drafts;\n"
+    "  chain_ms = K MTP draft steps (+ the catch-up on accepted tokens), verify_ms = K+1 tokens through the\n"
+    "  main model, both per cycle; cycle_ms = chain_ms + verify_ms. Timing: monotonic host clock; every phase\n"
+    "  ends in a blocking logits download, so the GPU's work is inside it.\n"
     "  Kernel breakdown: one extra generation with each backend op bracketed by CUDA events (host clock on\n"
-    "  the CPU), decode window only: W4A16 GEMM, BF16 GEMV, FP8 GEMM, GDN, attention, other.\n";
+    "  the CPU), decode window only: W4A16 GEMM, BF16 GEMV, FP8 GEMM, GDN, attention, other, as ms, % of the\n"
+    "  op total and GB/s (weight bytes / ms) of the matmul categories.\n"
+    "exit status: 0, 1 (error), 2 (bad arguments), 3 (output hashes differed between reps).\n";
 
 /* The seed text of the repeat prompt (any fixed English works; this one is ordinary prose). */
 static const char *seed_text =
@@ -66,7 +82,7 @@ static const struct {
 typedef struct {
     /* options */
     const char *dir, *mtp_dir, *synthetic, *format, *prompt, *json_path, *device;
-    int ctx[MAX_LIST], n_ctx, ks[MAX_LIST], n_k, n_new, reps, parity, breakdown, threads;
+    int ctx[MAX_LIST], n_ctx, ks[MAX_LIST], n_k, n_new, reps, parity, breakdown, threads, kv /* QRT_KV_* */;
     double sim_al;
     /* state */
     qrt_model *m;
@@ -85,21 +101,7 @@ typedef struct {
 
 /* ---- parsing ------------------------------------------------------------------------------------- */
 
-static int parse_list(const char *flag, const char *s, int lo, int hi, int *out, int *n) {
-    *n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < lo || v > hi || (*end && *end != ',') || *n == MAX_LIST) {
-            fprintf(stderr, "qwenrt bench: %s expects up to %d comma-separated integers in [%d, %d], got '%s'\n", flag,
-                    MAX_LIST, lo, hi, s);
-            return 0;
-        }
-        out[(*n)++] = (int)v;
-        s = *end ? end + 1 : end;
-    }
-    return *n > 0;
-}
+static const char *const kv_words[] = {"f32", "bf16", "fp8"}; /* indexed by QRT_KV_* */
 
 static int parse(int argc, char **argv, bench *b) {
     b->n_new = 64, b->reps = 3, b->breakdown = 1, b->prompt = "repeat", b->device = "auto";
@@ -121,24 +123,19 @@ static int parse(int argc, char **argv, bench *b) {
             else if (!strcmp(a, "--json")) b->json_path = v;
             else if (!strcmp(a, "--device")) b->device = v;
             else if (!strcmp(a, "--ctx")) {
-                if (!parse_list(a, v, 1, 1 << 20, b->ctx, &b->n_ctx)) return 0;
+                if (!qrt_tool_int_list("bench", a, v, 1, 1 << 20, MAX_LIST, b->ctx, &b->n_ctx)) return 0;
             } else if (!strcmp(a, "-K")) {
-                if (!parse_list(a, v, 0, QRT_SPEC_MAX_K, b->ks, &b->n_k)) return 0;
+                if (!qrt_tool_int_list("bench", a, v, 0, QRT_SPEC_MAX_K, MAX_LIST, b->ks, &b->n_k)) return 0;
             } else if (!strcmp(a, "-n")) {
-                int n;
-                if (!parse_list(a, v, 2, 1 << 16, &b->n_new, &n) || n != 1) return 0;
+                if (!qrt_tool_int("bench", a, v, 2, 1 << 16, &b->n_new)) return 0;
             } else if (!strcmp(a, "--reps")) {
-                int n;
-                if (!parse_list(a, v, 1, MAX_REPS, &b->reps, &n) || n != 1) return 0;
+                if (!qrt_tool_int("bench", a, v, 1, MAX_REPS, &b->reps)) return 0;
             } else if (!strcmp(a, "--threads")) {
-                int n;
-                if (!parse_list(a, v, 1, 4096, &b->threads, &n) || n != 1) return 0;
+                if (!qrt_tool_int("bench", a, v, 1, 4096, &b->threads)) return 0;
             } else if (!strcmp(a, "--sim-al")) {
-                char *end;
-                b->sim_al = strtod(v, &end);
-                if (*end || !(b->sim_al >= 0 && b->sim_al <= QRT_SPEC_MAX_K))
-                    return fprintf(stderr, "qwenrt bench: --sim-al expects a number in [0, %d], got '%s'\n",
-                                   QRT_SPEC_MAX_K, v), 0;
+                if (!qrt_tool_number("bench", a, v, 0, QRT_SPEC_MAX_K, &b->sim_al)) return 0;
+            } else if (!strcmp(a, "--kv")) {
+                if ((b->kv = qrt_tool_word("bench", a, v, kv_words, 3)) < 0) return 0;
             } else return fprintf(stderr, "qwenrt bench: unknown option '%s' (see qwenrt bench --help)\n", a), 0;
         }
     }
@@ -153,7 +150,7 @@ static int parse(int argc, char **argv, bench *b) {
 
 static int load(bench *b, int gpu, double *build_s) {
     qrt_load_opts opts = {.n_threads = b->threads, .show_progress = 1, .mtp_dir = b->mtp_dir,
-                          .device = gpu ? QRT_DEVICE_CUDA : QRT_DEVICE_CPU};
+                          .device = gpu ? QRT_DEVICE_CUDA : QRT_DEVICE_CPU, .kv_format = b->kv};
     double t0 = qrt_now_ms();
     qrt_status st;
     if (b->dir) st = qrt_model_load(b->dir, &opts, &b->m);
@@ -518,8 +515,8 @@ static int run(bench *b) {
     if (simulated)
         printf("# acceptance: SIMULATED AL %.2f on K >= 1 rows (the spec engine's accept hook forces the accept "
                "count; random weights cannot measure acceptance) [simulated AL]\n", b->sim_al);
-    printf("# greedy, %d new tokens (eos ignored), 1 warmup + %d reps, median shown; backend %s\n", b->n_new, b->reps,
-           b->real_be->name);
+    printf("# greedy, %d new tokens (eos ignored), 1 warmup + %d reps, median shown; backend %s; KV cache %s\n",
+           b->n_new, b->reps, b->real_be->name, kv_words[b->kv]);
     fflush(stdout);
     /* the rows */
     row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);
@@ -545,11 +542,12 @@ static int run(bench *b) {
                                   "name", b->synthetic ? b->synthetic : b->dir, "format", format_label(b->m), "mtp",
                                   b->m->mtp.present, "build_s", build_s, "weight_bytes_per_token",
                                   (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
-        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o}, s:o, s:o}", "tool",
-                              "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
-                              qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps", b->reps,
-                              "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
-                              simulated ? json_real(b->sim_al) : json_null(), "rows", jrows, "parity", jparity);
+        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o}",
+                              "tool", "bench", "schema_version", 1, "date", date, "backend", b->real_be->name,
+                              "device", qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps",
+                              b->reps, "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
+                              simulated ? json_real(b->sim_al) : json_null(), "kv", kv_words[b->kv], "rows", jrows,
+                              "parity", jparity);
         ok = qrt_write_json(j, b->json_path) == 0;
         json_decref(j);
     } else {

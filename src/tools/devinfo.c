@@ -23,6 +23,7 @@ enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_TEMPERATURE_GPU = 0 };
 
 static struct {
     int tried, ok;
+    char driver[80]; /* NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE */
     nvml_device dev;
     nvml_fn_clock clock, max_clock;
     nvml_fn_temp temp;
@@ -36,8 +37,27 @@ static void *sym(void *lib, const char *a, const char *b) {
     return p || !b ? p : dlsym(lib, b);
 }
 
-/* Open NVML and find the device by PCI bus id (the CUDA device 0), else NVML's device 0. */
-static void nvml_open(qrt_devinfo *d) {
+/* The kernel module's version from /proc/driver/nvidia/version ("... Kernel Module  580.159.04  ..."): the
+ * driver string when NVML is absent or does not answer. */
+static void proc_driver_version(char *buf, size_t n) {
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    if (!f) return;
+    char line[512];
+    if (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "Kernel Module");
+        if (p) {
+            p += strlen("Kernel Module");
+            p += strspn(p, " \t");
+            snprintf(buf, n, "%.*s", (int)strcspn(p, " \t\n"), p);
+        }
+    }
+    fclose(f);
+}
+
+/* Open NVML and find the device by PCI bus id (the CUDA device 0), else NVML's device 0. What it finds is
+ * kept in nv and copied out by every refresh: NVML is opened once per process, but each qrt_devinfo_get starts
+ * from a cleared struct. */
+static void nvml_open(const qrt_devinfo *d) {
     nv.tried = 1;
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) return;
@@ -53,16 +73,21 @@ static void nvml_open(qrt_devinfo *d) {
     nv.throttle = (nvml_fn_ull)sym(lib, "nvmlDeviceGetCurrentClocksEventReasons",
                                    "nvmlDeviceGetCurrentClocksThrottleReasons");
     nv.pstate = (nvml_fn_int)sym(lib, "nvmlDeviceGetPerformanceState", NULL);
-    if (!init || init() != 0 || !nv.clock || !nv.max_clock) return;
+    if (!init || init() != 0) return;
+    if (driver && driver(nv.driver, sizeof nv.driver) != 0) nv.driver[0] = 0;
+    if (!nv.clock || !nv.max_clock) return;
     int found = d->pci_bus_id[0] && by_pci && by_pci(d->pci_bus_id, &nv.dev) == 0;
     if (!found) found = by_index && by_index(0, &nv.dev) == 0;
     if (!found) return;
     nv.ok = 1;
-    if (driver) driver(d->nvml_driver, sizeof d->nvml_driver);
 }
 
 void qrt_devinfo_refresh(qrt_devinfo *d) {
-    if (!nv.tried) nvml_open(d);
+    if (!nv.tried) {
+        nvml_open(d);
+        if (!nv.driver[0]) proc_driver_version(nv.driver, sizeof nv.driver);
+    }
+    snprintf(d->nvml_driver, sizeof d->nvml_driver, "%s", nv.driver);
     d->have_nvml = nv.ok;
     d->temp_c = -1, d->power_w = -1, d->power_limit_w = -1, d->pstate = -1;
     if (!nv.ok) return;

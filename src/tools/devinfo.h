@@ -15,7 +15,7 @@ typedef struct {
     char pci_bus_id[32];
     /* NVML (have_nvml = 0 when libnvidia-ml.so.1 is absent or does not know the device) */
     int have_nvml;
-    char nvml_driver[80];
+    char nvml_driver[80];    /* driver version: NVML's, else /proc/driver/nvidia/version's; "" when unknown */
     unsigned sm_mhz, sm_max_mhz, mem_mhz, mem_max_mhz;
     int temp_c;              /* -1 when unknown */
     double power_w, power_limit_w; /* < 0 when unknown */

@@ -15,11 +15,21 @@
 static const char *usage =
     "usage: qwenrt doctor [--device auto|cpu|cuda] [--quick] [--json FILE]\n"
     "\n"
-    "Prints the device (name, SMs, clocks now/max, memory, driver and runtime, temperature, power, throttle\n"
-    "reasons from NVML when libnvidia-ml.so.1 is present), measures copy and read bandwidth at 1 GiB and a\n"
-    "sustained read for 2 s (clocks sampled under that load), compares with the spec sheet of known devices,\n"
-    "times the autotuned NVFP4 GEMV on the 27B lm_head shape, and prints a verdict. On the CPU: cores, memory\n"
-    "and measured host bandwidth. --quick: 64 MiB and 0.5 s instead (for tests).\n";
+    "Is this machine able to decode at the speed its memory allows? Prints the device (name, SMs, clocks\n"
+    "now/max, memory, driver and runtime, temperature, power, clock-limit reasons; NVML when\n"
+    "libnvidia-ml.so.1 is present), measures copy, read and write bandwidth at 1 GiB and a sustained read for\n"
+    "2 s with the clocks sampled under that load, compares with the spec sheet of known devices, times the\n"
+    "autotuned NVFP4 GEMV on the 27B lm_head shape [248320, 5120] at M = 1, and prints a verdict.\n"
+    "On the CPU: cores, memory and measured host bandwidth.\n"
+    "  --device D   cuda, cpu, or auto (default: cuda when this build has CUDA and a GPU is present)\n"
+    "  --quick      64 MiB and a 0.5 s sustained read, no GEMV (for tests)\n"
+    "  --json FILE  everything as JSON (docs/bench-schema.md)\n"
+    "metrics: GB/s = 1e9 bytes per second; copy counts read + write; GEMV GB/s = weight bytes (codes +\n"
+    "  scales) / time, and its % is of the read bandwidth measured here.\n"
+    "verdict: names each of: SM clock under load < 90% of max; memory clock < 95% of max; read bandwidth\n"
+    "  < 80% of the spec sheet; sustained read min < 90% of its max (a drop under load); the NVFP4 GEMV\n"
+    "  < 80% of the measured read; temperature >= 85 C; driver clock-limit reasons other than idle or\n"
+    "  application clocks; NVML missing. \"nothing looks wrong\" when none applies. Exit status 0, 1, 2.\n";
 
 #define MAX_FINDINGS 16
 
@@ -46,7 +56,7 @@ int qrt_tool_doctor(int argc, char **argv) {
         if (!strcmp(a, "--quick")) quick = 1;
         else if (!strcmp(a, "--device") && v) device = v, i++;
         else if (!strcmp(a, "--json") && v) json_path = v, i++;
-        else return fprintf(stderr, "qwenrt doctor: unknown or incomplete option '%s'\n%s", a, usage), 2;
+        else return fprintf(stderr, "qwenrt doctor: unknown option or missing value: '%s' (see --help)\n", a), 2;
     }
     int gpu = qrt_tool_pick_gpu("doctor", device);
     if (gpu < 0) return 2;

@@ -20,13 +20,22 @@ static const char *usage =
     "usage: qwenrt membw [--device auto|cpu|cuda] [--sizes 16M,64M,256M,1G,4G] [--sustain-s 5]\n"
     "                    [--interval-s 0.5] [--sustain-size 4G] [--json FILE]\n"
     "\n"
-    "Copy, read-only and write-only bandwidth at each size, then a sustained read of --sustain-size for\n"
-    "--sustain-s seconds reported per --interval-s window with the GPU's clocks, temperature and power (NVML)\n"
-    "sampled while it runs, to catch a drop under sustained load. On the GPU: CUDA events, cudaMemcpyAsync for\n"
-    "copy, a 16-byte streaming-load kernel for read, cudaMemsetAsync for write. On the CPU: OpenMP threads\n"
-    "(memcpy / 8-byte loads / memset per thread). copy GB/s counts read + write (payload is half).\n"
-    "%% spec is of the spec-sheet bandwidth of the device when it is known. --sustain-s 0 skips the sustained\n"
-    "read. Sizes take K, M, G (powers of 2).\n";
+    "Copy, read-only and write-only bandwidth at each size, then a sustained read reported per window with\n"
+    "the GPU's clocks, temperature and power (NVML) sampled while it runs, to catch a drop under sustained load.\n"
+    "  --device D        cuda, cpu, or auto (default: cuda when this build has CUDA and a GPU is present)\n"
+    "  --sizes LIST      buffer sizes, comma-separated, with K, M or G (powers of 2; default\n"
+    "                    16M,64M,256M,1G,4G on the GPU, 16M,64M,256M,1G on the host)\n"
+    "  --sustain-s S     length of the sustained read in seconds (0..600, default 5; 0 skips it)\n"
+    "  --interval-s S    one reported window of the sustained read (0.001..60, default 0.5)\n"
+    "  --sustain-size B  buffer of the sustained read (default 4G on the GPU, 1G on the host)\n"
+    "  --json FILE       everything as JSON (docs/bench-schema.md)\n"
+    "method: each size rotates over a region of fresh memory (>= 1 GiB on the GPU, >= 8x the size on the host)\n"
+    "  so no repetition reads what the last left in cache; the median of 5 batches is shown. GPU: CUDA events,\n"
+    "  cudaMemcpyAsync for copy, a 16-byte streaming-load kernel for read, cudaMemsetAsync for write. CPU:\n"
+    "  OpenMP threads (memcpy / 8-byte loads / memset per thread), monotonic clock.\n"
+    "metrics: GB/s = 1e9 bytes per second; copy counts read + write bytes (the payload is half); %spec = of\n"
+    "  the device's spec-sheet bandwidth when it is known (GPUs only); sustained min/mean/max over the windows\n"
+    "  and the last window as % of the first.\n";
 
 /* "16M,1G" → sizes; 0 or a count on success, -1 with a message. */
 static int parse_sizes(const char *s, size_t *out, int cap) {
@@ -38,8 +47,10 @@ static int parse_sizes(const char *s, size_t *out, int cap) {
         if (*end == 'K' || *end == 'k') mult = 1 << 10, end++;
         else if (*end == 'M' || *end == 'm') mult = 1 << 20, end++;
         else if (*end == 'G' || *end == 'g') mult = (size_t)1 << 30, end++;
-        if (end == s || v <= 0 || (*end && *end != ',') || n == cap) {
-            fprintf(stderr, "qwenrt membw: sizes '%s' are not a list like 16M,1G (at most %d)\n", s, cap);
+        const int in_range = v > 0 && v * (double)mult <= (double)((size_t)1 << 40); /* false for NaN too */
+        if (end == s || !in_range || (*end && *end != ',') || n == cap) {
+            fprintf(stderr, "qwenrt membw: sizes '%s' are not a list like 16M,1G (at most %d, each up to 1024G)\n", s,
+                    cap);
             return -1;
         }
         out[n++] = ((size_t)(v * mult) + 4095) / 4096 * 4096; /* whole 16-byte vectors and pages */
@@ -97,22 +108,37 @@ static double host_time_op(host_op op, uint8_t *src, uint8_t *dst, size_t bytes,
     return per[2];
 }
 
+/* Region of fresh memory a size rotates over: ≥ 8× the size, or the size alone once that is ≥ 256 MiB. */
+static size_t host_region(size_t bytes) { return bytes * 8 >= ((size_t)1 << 28) ? bytes : bytes * 8; }
+
+static uint8_t *host_buffer(size_t region) {
+    uint8_t *p = qrt_alloc_aligned(region);
+    if (!p) fprintf(stderr, "qwenrt membw: cannot allocate %.0f MB of host memory; use smaller sizes\n", region / 1e6);
+    else host_pass(H_WRITE, NULL, p, region); /* touch every page before timing */
+    return p;
+}
+
 static int host_point(qrt_bw_point *p) {
-    const size_t bytes = p->bytes, region = bytes * 8 >= ((size_t)1 << 28) ? bytes : bytes * 8;
+    const size_t bytes = p->bytes, region = host_region(bytes);
     const int slots = (int)(region / bytes);
-    uint8_t *src = qrt_alloc_aligned(region), *dst = qrt_alloc_aligned(region);
-    if (!src || !dst) {
-        free(src), free(dst);
-        fprintf(stderr, "qwenrt membw: cannot allocate 2 x %.0f MB of host memory; use smaller --sizes\n",
-                region / 1e6);
-        return 1;
-    }
-    host_pass(H_WRITE, NULL, src, region); /* touch every page before timing */
-    host_pass(H_WRITE, NULL, dst, region);
+    uint8_t *src = host_buffer(region), *dst = src ? host_buffer(region) : NULL;
+    if (!dst) return free(src), 1;
     p->copy_gbs = host_time_op(H_COPY, src, dst, bytes, slots);
     p->read_gbs = host_time_op(H_READ, src, dst, bytes, slots);
     p->write_gbs = host_time_op(H_WRITE, src, dst, bytes, slots);
     free(src), free(dst);
+    return 0;
+}
+
+int qrt_membw_read(int gpu, size_t bytes, double *gbs) {
+#ifdef QRT_HAVE_CUDA
+    if (gpu) return qrt_membw_cuda_read(bytes, gbs);
+#endif
+    const size_t region = host_region(bytes);
+    uint8_t *src = host_buffer(region);
+    if (!src) return 1;
+    *gbs = host_time_op(H_READ, src, src, bytes, (int)(region / bytes)); /* dst unused by a read */
+    free(src);
     return 0;
 }
 
@@ -297,17 +323,17 @@ int qrt_tool_membw(int argc, char **argv) {
     for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(usage, stdout), 0;
-        if (!v) return fprintf(stderr, "qwenrt membw: unknown or incomplete option '%s'\n%s", a, usage), 2;
+        if (!v) return fprintf(stderr, "qwenrt membw: unknown option or missing value: '%s' (see --help)\n", a), 2;
         if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--sizes")) sizes_s = v;
         else if (!strcmp(a, "--sustain-size")) sus_size_s = v;
-        else if (!strcmp(a, "--sustain-s")) sustain_s = atof(v);
-        else if (!strcmp(a, "--interval-s")) interval_s = atof(v);
-        else return fprintf(stderr, "qwenrt membw: unknown option '%s'\n%s", a, usage), 2;
+        else if (!strcmp(a, "--sustain-s")) {
+            if (!qrt_tool_number("membw", a, v, 0, 600, &sustain_s)) return 2;
+        } else if (!strcmp(a, "--interval-s")) {
+            if (!qrt_tool_number("membw", a, v, 0.001, 60, &interval_s)) return 2;
+        } else return fprintf(stderr, "qwenrt membw: unknown option '%s' (see qwenrt membw --help)\n", a), 2;
     }
-    if (sustain_s < 0 || sustain_s > 600 || interval_s <= 0 || interval_s > 60)
-        return fprintf(stderr, "qwenrt membw: --sustain-s must be in [0, 600] and --interval-s in (0, 60]\n"), 2;
     int gpu = qrt_tool_pick_gpu("membw", device);
     if (gpu < 0) return 2;
     qrt_devinfo d;
@@ -315,6 +341,7 @@ int qrt_tool_membw(int argc, char **argv) {
     size_t sizes[QRT_MEMBW_MAX_SIZES], sus = gpu ? (size_t)4 << 30 : (size_t)1 << 30;
     int n = parse_sizes(sizes_s ? sizes_s : gpu ? "16M,64M,256M,1G,4G" : "16M,64M,256M,1G", sizes, QRT_MEMBW_MAX_SIZES);
     if (n < 0) return 2;
+    if (!n) return fprintf(stderr, "qwenrt membw: --sizes is empty; expected a list like 16M,1G\n"), 2;
     if (sus_size_s) {
         size_t one;
         if (parse_sizes(sus_size_s, &one, 1) != 1) return 2;

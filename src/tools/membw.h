@@ -39,6 +39,10 @@ typedef struct {
 int qrt_membw_measure(int gpu, const size_t *sizes, int n_sizes, size_t sustain_bytes, double sustain_s,
                       double interval_s, qrt_devinfo *dev, qrt_membw_result *r);
 
+/* Read-only bandwidth at one size (GB/s, the same method as qrt_membw_measure's read column): tilebench's
+ * peak. Returns 0, or 1 after printing why. */
+int qrt_membw_read(int gpu, size_t bytes, double *gbs);
+
 /* JSON of a result and of a device (docs/bench-schema.md), and writing it to a file (1 after a message). */
 json_t *qrt_membw_json(const qrt_membw_result *r, const qrt_devinfo *d);
 json_t *qrt_devinfo_json(const qrt_devinfo *d);
@@ -49,6 +53,7 @@ int qrt_tool_pick_gpu(const char *tool, const char *device);
 #ifdef QRT_HAVE_CUDA
 /* membw_cuda.c: one size on the GPU (rotating over a region of fresh memory ≥ 1 GiB so no rep reads L2). */
 int qrt_membw_cuda_point(qrt_bw_point *p);
+int qrt_membw_cuda_read(size_t bytes, double *gbs);
 /* Sustained read; fills r->samples. */
 int qrt_membw_cuda_sustained(size_t bytes, double sustain_s, double interval_s, qrt_devinfo *dev,
                              qrt_membw_result *r);

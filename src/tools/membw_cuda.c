@@ -58,9 +58,14 @@ static int time_op(bw_op op, uint8_t *src, uint8_t *dst, size_t bytes, int slots
     return 0;
 }
 
+/* Fresh memory a size rotates over: ≥ 1 GiB (a whole number of slots), so no rep reads what the last left in L2. */
+static size_t cuda_region(size_t bytes) {
+    const size_t gib = (size_t)1 << 30;
+    return bytes >= gib ? bytes : gib / bytes * bytes;
+}
+
 int qrt_membw_cuda_point(qrt_bw_point *p) {
-    const size_t gib = (size_t)1 << 30, bytes = p->bytes;
-    const size_t region = bytes >= gib ? bytes : gib / bytes * bytes;
+    const size_t bytes = p->bytes, region = cuda_region(bytes);
     const int slots = (int)(region / bytes);
     uint8_t *src = NULL, *dst = NULL;
     unsigned *sink = NULL;
@@ -73,6 +78,19 @@ int qrt_membw_cuda_point(qrt_bw_point *p) {
              time_op(OP_WRITE, src, dst, bytes, slots, sink, &p->write_gbs);
     cudaFree(src);
     cudaFree(dst);
+    cudaFree(sink);
+    return rc;
+}
+
+int qrt_membw_cuda_read(size_t bytes, double *gbs) {
+    const size_t region = cuda_region(bytes);
+    uint8_t *src = NULL;
+    unsigned *sink = NULL;
+    CKR(cudaMalloc((void **)&src, region));
+    CKR(cudaMalloc((void **)&sink, sizeof(unsigned)));
+    qrt_cuda_fill_random_bytes(src, region, 1);
+    int rc = time_op(OP_READ, src, src, bytes, (int)(region / bytes), sink, gbs); /* dst unused by a read */
+    cudaFree(src);
     cudaFree(sink);
     return rc;
 }

@@ -28,8 +28,13 @@ int qrt_tool_doctor(int argc, char **argv);
 /* qwenrt serve / chat (tools/cmd_serve.c). */
 int qrt_cmd_serve(int argc, char **argv);
 int qrt_cmd_chat(int argc, char **argv);
-#ifdef QRT_HAVE_CUDA
-/* qwenrt tilebench: NVFP4 GEMV variants at the 27B decode shapes vs measured read bandwidth. */
+/* qwenrt tilebench (tilebench.c): every matmul kernel on every matmul shape of a model vs measured read bandwidth. */
 int qrt_tool_tilebench(int argc, char **argv);
-#endif
+
+/* Strict option values for the benchmark tools (toolopts.c). Each returns 1 (or the word's index), or 0 (-1)
+ * after printing "qwenrt TOOL: FLAG expects ..., got 'S'". */
+int qrt_tool_int_list(const char *tool, const char *flag, const char *s, int lo, int hi, int cap, int *out, int *n);
+int qrt_tool_int(const char *tool, const char *flag, const char *s, int lo, int hi, int *out);
+int qrt_tool_number(const char *tool, const char *flag, const char *s, double lo, double hi, double *out);
+int qrt_tool_word(const char *tool, const char *flag, const char *s, const char *const *words, int n_words);
 #endif
