@@ -292,15 +292,11 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 #define FP4_STAGE_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
 
-/* One warp per (token, slice): 16 elements per lane. */
-__global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
-                           uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
-    const int lane = threadIdx.x & 31;
-    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (wid >= (int64_t)T * S) return;
-    const int t = (int)(wid / S);
-    const int64_t s = wid % S;
-    const int c = lane & 3, i = lane >> 2; /* entry r of this lane: chunk step q = r, k-step i, quad lane c */
+/* One warp's share of the x preparation: token row xrow [K], slice s. Lane (i = lane / 4, c = lane % 4) makes the
+ * fragment entry (q, i, c) for q = 0..3: u[q]; down = 2^e, the factor that undoes the slice's scaling. */
+__device__ __forceinline__ void fp4_prep_slice(const float *xrow /* [K] */, int64_t K, int64_t s, int lane,
+                                               uint4 (&u)[4], float &down) {
+    const int c = lane & 3, i = lane >> 2;
     float v[4][4];
     float m = 0.0f;
 #pragma unroll
@@ -308,21 +304,21 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
         const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            v[q][e] = k0 + e < K ? x[(size_t)t * K + k0 + e] : 0.0f;
+            v[q][e] = k0 + e < K ? xrow[k0 + e] : 0.0f;
             m = fmaxf(m, fabsf(v[q][e]));
         }
     }
     m = warp_max(m);
     /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits */
     int ex = 0;
-    float up = 1.0f, down = 1.0f;
+    float up = 1.0f;
+    down = 1.0f;
     if (m > 0.0f && m <= 3.0e38f) {
         frexpf(m, &ex);
         ex = ex < -100 ? -100 : ex;
         up = ldexpf(1.0f, 15 - ex);
         down = ldexpf(1.0f, ex - 15);
     }
-    const int tg = t / 8, n = t % 8;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         __half h[4], l[4];
@@ -334,12 +330,43 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
         }
         __half2 p0 = __halves2half2(h[0], h[2]), p1 = __halves2half2(h[1], h[3]);
         __half2 p2 = __halves2half2(l[0], l[2]), p3 = __halves2half2(l[1], l[3]);
-        uint4 u;
-        u.x = *reinterpret_cast<uint32_t *>(&p0), u.y = *reinterpret_cast<uint32_t *>(&p1);
-        u.z = *reinterpret_cast<uint32_t *>(&p2), u.w = *reinterpret_cast<uint32_t *>(&p3);
-        xf[((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + 4 * n + c] = u;
+        u[q].x = *reinterpret_cast<uint32_t *>(&p0), u[q].y = *reinterpret_cast<uint32_t *>(&p1);
+        u[q].z = *reinterpret_cast<uint32_t *>(&p2), u[q].w = *reinterpret_cast<uint32_t *>(&p3);
     }
+}
+
+/* One warp per (token, slice). */
+__global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
+                           uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
+    const int lane = threadIdx.x & 31;
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (int64_t)T * S) return;
+    const int t = (int)(wid / S);
+    const int64_t s = wid % S;
+    const int c = lane & 3, i = lane >> 2;
+    uint4 u[4];
+    float down;
+    fp4_prep_slice(x + (size_t)t * K, K, s, lane, u, down);
+    const int tg = t / 8, n = t % 8;
+#pragma unroll
+    for (int q = 0; q < 4; q++) xf[((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + 4 * n + c] = u[q];
     if (lane == 0) xscale[(size_t)t * S + s] = down;
+}
+
+/* The same for one token inside a GEMV block, into shared memory (no separate launch): the compact layout
+ * xs [S][32 (q·8 + i)][4 c] uint4 (one token: every lane of a quad column reads the same entry) and xsc [S]. Every
+ * thread of the block must call it (it ends with a barrier). */
+__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc) {
+    const int lane = threadIdx.x & 31, c = lane & 3, i = lane >> 2;
+    for (int64_t s = threadIdx.x >> 5; s < S; s += blockDim.x >> 5) {
+        uint4 u[4];
+        float down;
+        fp4_prep_slice(x, K, s, lane, u, down);
+#pragma unroll
+        for (int q = 0; q < 4; q++) xs[(s * 32 + q * 8 + i) * 4 + c] = u[q];
+        if (lane == 0) xsc[s] = down;
+    }
+    __syncthreads();
 }
 
 /* 8 E2M1 codes (nibble j = element j) as e4m3 bytes of value × 2^-6: lo = e0 e2 e4 e6, hi = e1 e3 e5 e7.
@@ -418,10 +445,10 @@ __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
 /* One slice of one lane: p[nt][e] (D fragment of token tile nt) = ((d0 + d1) + (d2 + d3)) · 2^e, d_q the chunk step
- * q's mma chain. xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile; xsc: 2^e of its D
- * columns. The four chains are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT
+ * q's mma chain. xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile, in global memory
+ * (entries 32 uint4 apart) or, SX, in the block's shared copy (4 apart); xsc: 2^e of its D columns. The four chains are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT
  * chains to alternate between instead of waiting out one chain's latency. */
-template <int NT>
+template <int NT, bool SX>
 __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
                                               const float (&xsc)[NT][2], float (&p)[NT][4]) {
     uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
@@ -461,7 +488,7 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                 const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi[q]) : e4m3x2_lo_to_h2(bhi[q]), scb);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
-                    const uint4 b = __ldg(xf_s[nt] + (q * 8 + i) * 32);
+                    const uint4 b = SX ? xf_s[nt][(q * 8 + i) * 4] : __ldg(xf_s[nt] + (q * 8 + i) * 32);
                     mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi */
                     mma_16816(d[q][nt], a0, a1, a2, a3, b.z, b.w); /* lo */
                 }
@@ -500,34 +527,42 @@ __device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg,
     return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 64.0f * seg.scale2[p], seg.y[p]};
 }
 
+/* Where a kernel reads x: the fragments fp4_prep_x made in global memory (any T), or, for one token, the block's
+ * own shared copy (fp4_prep_block). */
+struct fp4_xsrc {
+    const uint4 *xf;     /* [ceil(T/8)][S][4][8][32], or shared [S][32][4] */
+    const float *xscale; /* [T][S], or shared [S] */
+};
+
 /* This lane's B-fragment base (token group, slice 0, q 0, i 0) for each token tile of the pass starting at t0, and
  * the 2^e of its D columns in slice s. A lane past T reads the last token's fragment instead (same address as another
  * lane: no extra traffic, no predicate): B column n only feeds D column n, and columns past T are never stored. */
-template <int NT>
-__device__ __forceinline__ void fp4_x_lanes(const uint4 *xf, int64_t S, int T, int t0, int lane,
+template <int NT, bool SX>
+__device__ __forceinline__ void fp4_x_lanes(const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
                                             const uint4 *(&xf_lane)[NT]) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
-        xf_lane[nt] = xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+        xf_lane[nt] = SX ? xs.xf + c : xs.xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
     }
 }
-template <int NT>
-__device__ __forceinline__ void fp4_x_slice(const uint4 *const (&xf_lane)[NT], const float *xscale, int64_t S, int T,
+template <int NT, bool SX>
+__device__ __forceinline__ void fp4_x_slice(const uint4 *const (&xf_lane)[NT], const fp4_xsrc &xs, int64_t S, int T,
                                             int t0, int64_t s, int lane, const uint4 *(&xf_s)[NT],
                                             float (&xsc)[NT][2]) {
     const int c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        xf_s[nt] = xf_lane[nt] + s * 1024;
+        xf_s[nt] = xf_lane[nt] + s * (SX ? 128 : 1024);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int tok = t0 + 8 * nt + 2 * c + e;
-            xsc[nt][e] = tok < T ? __ldg(xscale + (size_t)tok * S + s) : 0.0f;
+            xsc[nt][e] = tok >= T ? 0.0f : SX ? xs.xscale[s] : __ldg(xs.xscale + (size_t)tok * S + s);
         }
     }
 }
+
 /* y for this lane's D fragment: rows row0 + g (+8), tokens t0 + 8 nt + 2c (+1). */
 template <int NT>
 __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][4]) {
@@ -545,11 +580,18 @@ __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, 
 /* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use
  * (a register prefetch of the next slice measured slower: fewer warps fit); the slices' p are summed in
  * order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store nothing. Serves any T, NT token
- * tiles (8 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need. */
-template <int NT, int TPB>
+ * tiles (8 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need.
+ * SX (T = 1): the block first makes its own shared copy of x's fragments from x (no fp4_prep_x launch). */
+template <int NT, int TPB, bool SX>
 __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                             const fp4_segments seg, const uint4 *xf,
-                                                             const float *xscale, int64_t S, int T) {
+                                                             const fp4_segments seg, fp4_xsrc xs,
+                                                             const float *x /* SX: [K] */, int64_t K, int64_t S,
+                                                             int T) {
+    extern __shared__ uint4 fp4_xs[]; /* SX: [S][32][4], then [S] f32 scales */
+    if (SX) {
+        fp4_prep_block(x, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128));
+        xs = fp4_xsrc{fp4_xs, reinterpret_cast<const float *>(fp4_xs + S * 128)};
+    }
     const int lane = threadIdx.x & 31;
     const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
     if (tile >= seg.tile_begin[seg.count]) return;
@@ -557,15 +599,15 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
-        fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
+        fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
         float acc[NT][4];
         for (int64_t s = 0; s < S; s++) {
             fp4_slice_regs cur;
             fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
             const uint4 *xf_s[NT];
             float xsc[NT][2], p[NT][4];
-            fp4_x_slice<NT>(xf_lane, xscale, S, T, t0, s, lane, xf_s, xsc);
-            fp4_slice_mma<NT>(cur, xf_s, xsc, p);
+            fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+            fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -580,8 +622,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
  * (the same bits as mma_w1). */
 template <int NT, int WK>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                     const fp4_segments seg, const uint4 *xf, const float *xscale,
-                                                     int64_t S, int T) {
+                                                     const fp4_segments seg, const fp4_xsrc xs, int64_t S, int T) {
     extern __shared__ float fp4_part[]; /* [S][NT][4][32] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
@@ -589,14 +630,14 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
-        fp4_x_lanes<NT>(xf, S, T, t0, lane, xf_lane);
+        fp4_x_lanes<NT, false>(xs, S, T, t0, lane, xf_lane);
         for (int64_t s = warp; s < S; s += WK) {
             fp4_slice_regs cur;
             fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
             const uint4 *xf_s[NT];
             float xsc[NT][2], p[NT][4];
-            fp4_x_slice<NT>(xf_lane, xscale, S, T, t0, s, lane, xf_s, xsc);
-            fp4_slice_mma<NT>(cur, xf_s, xsc, p);
+            fp4_x_slice<NT, false>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+            fp4_slice_mma<NT, false>(cur, xf_s, xsc, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -650,34 +691,54 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
     return xscale;
 }
 
-template <int NT, int TPB>
-static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
-    fp4_mma_w1<NT, TPB><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32>>>(blocks, seg, xf_buf, xscale, S,
-                                                                                          T);
+/* Shared memory of the SX copy of x: fragments and scales. */
+static size_t fp4_sx_bytes(int64_t S) { return (size_t)S * (128 * sizeof(uint4) + sizeof(float)); }
+
+/* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. */
+template <typename K> static void fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
+    if (smem > granted && smem > 48 * 1024) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        granted = smem;
+    }
+}
+
+template <int NT, int TPB, bool SX>
+static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                      int64_t S, int T) {
+    const size_t smem = SX ? fp4_sx_bytes(S) : 0;
+    static size_t granted = 0;
+    fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX>, smem, granted);
+    fp4_mma_w1<NT, TPB, SX><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
+                                                                                                    S, T);
 }
 
 template <int NT, int WK>
-static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const float *xscale, int64_t S, int T) {
+static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, int64_t S, int T) {
     const size_t smem = (size_t)S * NT * 4 * 32 * sizeof(float);
-    static size_t smem_set = 0; /* per instantiation: above 48 KB needs the opt-in */
-    if (smem > smem_set) {
-        QRT_CUDA_CHECK(cudaFuncSetAttribute(fp4_mma_k<NT, WK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
-    fp4_mma_k<NT, WK><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xf_buf, xscale, S, T);
+    static size_t granted = 0;
+    fp4_smem_opt_in(fp4_mma_k<NT, WK>, smem, granted);
+    fp4_mma_k<NT, WK><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, S, T);
 }
 
 static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4"};
 #define FP4_VARIANTS 2
 
-/* Variant v (< FP4_VARIANTS) over the segments: x prepared, then one launch. */
+/* Variant v (< FP4_VARIANTS) over the segments. mma_w1 on one token: one launch that prepares its own x (SX; the
+ * x-preparation launch cost 4-8 µs per call); otherwise x prepared by fp4_prep_x, then the launch (mma_k4's blocks
+ * are few and long-K: preparing all of x in each one measured slower, 22.7% against 32.4% on down_proj). Both read
+ * the same fragment values, so the bits are the same. */
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
-    const float *xscale = fp4_prepare_x(x, K, T, S);
-    const bool two = T > 8; /* token tiles per pass */
-    if (v == 0) two ? launch_w1<2, 4>(blocks, seg, xscale, S, T) : launch_w1<1, 4>(blocks, seg, xscale, S, T);
-    else two ? launch_k<2, 4>(blocks, seg, xscale, S, T) : launch_k<1, 4>(blocks, seg, xscale, S, T);
+    if (T == 1 && v == 0) {
+        launch_w1<1, 4, true>(blocks, seg, fp4_xsrc{NULL, NULL}, x, K, S, T);
+    } else {
+        const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
+        const fp4_xsrc xs = {xf_buf, xscale};
+        const bool two = T > 8; /* token tiles per pass */
+        if (v == 0) two ? launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        else two ? launch_k<2, 4>(blocks, seg, xs, S, T) : launch_k<1, 4>(blocks, seg, xs, S, T);
+    }
     QRT_CUDA_LAUNCHED();
 }
 
