@@ -517,6 +517,8 @@ static int run(bench *b) {
                "count; random weights cannot measure acceptance) [simulated AL]\n", b->sim_al);
     printf("# greedy, %d new tokens (eos ignored), 1 warmup + %d reps, median shown; backend %s; KV cache %s\n",
            b->n_new, b->reps, b->real_be->name, kv_words[b->kv]);
+    /* what a graph cache would show (it must not grow during timed reps): no backend captures graphs yet */
+    printf("# graph cache: none (kernels are launched one by one; no CUDA graphs are captured, so none can grow)\n");
     fflush(stdout);
     /* the rows */
     row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);
