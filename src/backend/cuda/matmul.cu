@@ -563,6 +563,19 @@ __device__ __forceinline__ void fp4_x_slice(const uint4 *const (&xf_lane)[NT], c
     }
 }
 
+/* Slice s of a tile (its slice blocks tile_blocks) for this lane: loaded into registers, then its p (fp4_slice_mma). */
+template <int NT, bool SX>
+__device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t s, const uint4 *const (&xf_lane)[NT],
+                                            const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
+                                            float (&p)[NT][4]) {
+    fp4_slice_regs cur;
+    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
+    const uint4 *xf_s[NT];
+    float xsc[NT][2];
+    fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+    fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
+}
+
 /* y for this lane's D fragment: rows row0 + g (+8), tokens t0 + 8 nt + 2c (+1). */
 template <int NT>
 __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][4]) {
@@ -602,12 +615,8 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
         float acc[NT][4];
         for (int64_t s = 0; s < S; s++) {
-            fp4_slice_regs cur;
-            fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
-            const uint4 *xf_s[NT];
-            float xsc[NT][2], p[NT][4];
-            fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
-            fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
+            float p[NT][4];
+            fp4_slice_p<NT, SX>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -632,12 +641,8 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
         const uint4 *xf_lane[NT];
         fp4_x_lanes<NT, false>(xs, S, T, t0, lane, xf_lane);
         for (int64_t s = warp; s < S; s += WK) {
-            fp4_slice_regs cur;
-            fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
-            const uint4 *xf_s[NT];
-            float xsc[NT][2], p[NT][4];
-            fp4_x_slice<NT, false>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
-            fp4_slice_mma<NT, false>(cur, xf_s, xsc, p);
+            float p[NT][4];
+            fp4_slice_p<NT, false>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
