@@ -9,6 +9,8 @@
  *   per call inside the timed call; see "the mma family" below)
  *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
  *   nvfp4 1  mma_k4         a block of 4 warps per tile, splitting its slices (long K: down_proj)
+ *   nvfp4 2  mma_k4_sx      as 1, on one token preparing x in the block (as mma_w1 does) instead of fp4_prep_x
+ *   nvfp4 3  mma_k5         as 1 with 5 warps (3 blocks of 5 warps still fit an SM at ≤ 136 registers)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -628,21 +630,27 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
 
 /* Variant mma_k<WK>: one block of WK warps per 16-row tile, for long K (few tiles, many slices): warp w takes slices
  * w, w + WK, ... (registers, as mma_w1), writes each slice's p to shared memory, and warp 0 sums them in slice order
- * (the same bits as mma_w1). */
-template <int NT, int WK>
-__global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
-                                                     const fp4_segments seg, const fp4_xsrc xs, int64_t S, int T) {
-    extern __shared__ float fp4_part[]; /* [S][NT][4][32] */
+ * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
+template <int NT, int WK, bool SX>
+__global__ void __launch_bounds__(WK * 32, 3) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+                                                     const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
+                                                     int64_t K, int64_t S, int T) {
+    extern __shared__ float fp4_part[]; /* [S][NT][4][32] p, then SX: [S][32][4] uint4 and [S] f32 */
+    if (SX) {
+        uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 128);
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
-        fp4_x_lanes<NT, false>(xs, S, T, t0, lane, xf_lane);
+        fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
         for (int64_t s = warp; s < S; s += WK) {
             float p[NT][4];
-            fp4_slice_p<NT, false>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
+            fp4_slice_p<NT, SX>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -717,32 +725,36 @@ static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_
                                                                                                     S, T);
 }
 
-template <int NT, int WK>
-static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, int64_t S, int T) {
-    const size_t smem = (size_t)S * NT * 4 * 32 * sizeof(float);
+template <int NT, int WK, bool SX>
+static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                     int64_t S, int T) {
+    const size_t smem = (size_t)S * NT * 4 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0;
-    fp4_smem_opt_in(fp4_mma_k<NT, WK>, smem, granted);
-    fp4_mma_k<NT, WK><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, S, T);
+    fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
+    fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4"};
-#define FP4_VARIANTS 2
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_k5"};
+#define FP4_VARIANTS 4
 
-/* Variant v (< FP4_VARIANTS) over the segments. mma_w1 on one token: one launch that prepares its own x (SX; the
- * x-preparation launch cost 4-8 µs per call); otherwise x prepared by fp4_prep_x, then the launch (mma_k4's blocks
- * are few and long-K: preparing all of x in each one measured slower, 22.7% against 32.4% on down_proj). Both read
+/* Variant v (< FP4_VARIANTS) over the segments. mma_w1 and mma_k4_sx on one token: one launch that prepares its own
+ * x (SX; the x-preparation launch costs 4-8 µs per call); otherwise x prepared by fp4_prep_x, then the launch
+ * (preparing all of x in each of mma_k4's few blocks measured slower on down_proj, 22.7% against 32.4%). Both read
  * the same fragment values, so the bits are the same. */
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
-    if (T == 1 && v == 0) {
-        launch_w1<1, 4, true>(blocks, seg, fp4_xsrc{NULL, NULL}, x, K, S, T);
+    if (T == 1 && (v == 0 || v == 2)) {
+        const fp4_xsrc none = {NULL, NULL};
+        if (v == 0) launch_w1<1, 4, true>(blocks, seg, none, x, K, S, T);
+        else launch_k<1, 4, true>(blocks, seg, none, x, K, S, T);
     } else {
         const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
         const fp4_xsrc xs = {xf_buf, xscale};
         const bool two = T > 8; /* token tiles per pass */
         if (v == 0) two ? launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
-        else two ? launch_k<2, 4>(blocks, seg, xs, S, T) : launch_k<1, 4>(blocks, seg, xs, S, T);
+        else if (v == 3) two ? launch_k<2, 5, false>(blocks, seg, xs, x, K, S, T) : launch_k<1, 5, false>(blocks, seg, xs, x, K, S, T);
+        else two ? launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
 }
