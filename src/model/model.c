@@ -388,9 +388,9 @@ static int session_pieces(qrt_session *s, carve *cv) {
     const carve scratch[] = {
         {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
         {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
-        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->aq, T * qdim},    {&sc->agate, T * qdim},
-        {&sc->ak, T * kvrow},    {&sc->av, T * kvrow},     {&sc->attn, T * qdim},  {&sc->mg, T * F},
-        {&sc->mu, T * F},        {&sc->hfinal, T * D},     {&sc->logits, (size_t)c->vocab},
+        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->ak, T * kvrow},   {&sc->av, T * kvrow},
+        {&sc->attn, T * qdim},   {&sc->mg, T * F},         {&sc->mu, T * F},       {&sc->hfinal, T * D},
+        {&sc->logits, (size_t)c->vocab},
         {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
         {&sc->mtp_out, m->mtp.present ? T * D : 0},
     };
@@ -490,14 +490,11 @@ static void attention_block(qrt_session *s, const qrt_layer *l, const qrt_kv *kv
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
     float *const outs[] = {sc->qg, sc->ak, sc->av}; /* q, k, v */
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
-    be->split_rows(sc->qg, T * Hq, Dh, Dh, sc->aq, sc->agate); /* q_proj rows are per head [query | gate] */
-    be->rmsnorm(sc->aq, l->q_norm, T * Hq, Dh, c->rms_eps, sc->aq);
-    be->rmsnorm(sc->ak, l->k_norm, T * Hkv, Dh, c->rms_eps, sc->ak);
-    be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->rope(sc->ak, T, Hkv, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->kv_store(kv, sc->ak, sc->av, T, pos, Hkv, Dh);
-    be->attention(sc->aq, kv, T, pos, Hq, Hkv, Dh, sc->attn);
-    be->sigmoid_mul(sc->attn, sc->agate, (size_t)T * Hq * Dh, sc->attn);
+    /* q_proj rows are per head [query | gate]: the query is normed and rotated in place, the gate read by
+     * attention, which applies it to its output */
+    be->attn_prep(sc->qg, sc->ak, sc->av, l->q_norm, l->k_norm, c->rms_eps, kv, T, pos, Hq, Hkv, Dh, c->rotary_dim,
+                  c->rope_theta);
+    be->attention(sc->qg, kv, T, pos, Hq, Hkv, Dh, sc->attn);
     be->matmul(&l->o, sc->attn, T, sc->y);
 }
 
@@ -511,20 +508,32 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }
 
-/* One decoder layer (§2.3) on the residual stream sc->h [T][D]. */
+/* One decoder layer (§2.3) on the residual stream sc->h [T][D], whose input norm the caller has already
+ * written to sc->x. The MLP's residual add is fused with the norm that follows it, which belongs to the next
+ * layer (or the final norm): next_norm [D] and its output next_x [T][D]. */
 static void decoder_layer(qrt_session *s, const qrt_layer *l, qrt_layer_kind kind, qrt_layer_state *ls, int pos,
-                          int T) {
+                          int T, const float *next_norm, float *next_x) {
     const qrt_config *c = &s->m->cfg;
     const qrt_backend *be = s->m->be;
     qrt_scratch *sc = &s->sc;
-    const size_t D = (size_t)c->hidden;
-    be->rmsnorm(sc->h, l->in_norm, T, (int)D, c->rms_eps, sc->x);
+    const int D = c->hidden;
     if (kind == QRT_LAYER_LINEAR) gdn_block(s, l, ls, T);
     else attention_block(s, l, &ls->kv, pos, T);
-    be->add(sc->h, sc->y, (size_t)T * D);
-    be->rmsnorm(sc->h, l->post_norm, T, (int)D, c->rms_eps, sc->x);
+    be->add_rmsnorm(sc->h, sc->y, l->post_norm, T, D, c->rms_eps, sc->x);
     mlp_block(s, l, T);
-    be->add(sc->h, sc->y, (size_t)T * D);
+    be->add_rmsnorm(sc->h, sc->y, next_norm, T, D, c->rms_eps, next_x);
+}
+
+/* The decoder layers in order on sc->h; the last one's residual add ends in final_norm → out [T][D]. */
+static void decoder_stack(qrt_session *s, const qrt_layer *layers, const qrt_layer_kind *kinds, qrt_layer_state *ls,
+                          int n, int pos, int T, const float *final_norm, float *out) {
+    const qrt_config *c = &s->m->cfg;
+    s->m->be->rmsnorm(s->sc.h, layers[0].in_norm, T, c->hidden, c->rms_eps, s->sc.x);
+    for (int i = 0; i < n; i++) {
+        const int last = i == n - 1;
+        decoder_layer(s, &layers[i], kinds[i], &ls[i], pos, T, last ? final_norm : layers[i + 1].in_norm,
+                      last ? out : s->sc.x);
+    }
 }
 
 /* logits (host [V]) = lm_head · h (backend [D]) */
@@ -543,8 +552,7 @@ static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
     m->be->embed(&m->embed, ids, T, sc->h);
-    for (int li = 0; li < c->n_layers; li++) decoder_layer(s, &m->layers[li], c->layer_kind[li], &s->ls[li], s->pos, T);
-    m->be->rmsnorm(sc->h, m->final_norm, T, (int)D, c->rms_eps, sc->hfinal);
+    decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, T, m->final_norm, sc->hfinal);
     for (int i = 0; i < n_rows; i++) lm_head(s, sc->hfinal + (size_t)rows[i] * D, outs[i]);
     s->pos += T;
 }
@@ -641,8 +649,8 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
         be->rmsnorm(h + t * D, mtp->norm_hidden, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D + D);
     }
     be->matmul(&mtp->fc, sc->mtp_u, T, sc->h);
-    decoder_layer(s, &mtp->layer, QRT_LAYER_FULL, &s->mtp, pos0, T);
-    be->rmsnorm(sc->h, mtp->norm_out, T, (int)D, c->rms_eps, sc->mtp_out);
+    const qrt_layer_kind full = QRT_LAYER_FULL;
+    decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, pos0, T, mtp->norm_out, sc->mtp_out);
     if (logits) lm_head(s, sc->mtp_out + (size_t)(T - 1) * D, logits);
 }
 

@@ -72,9 +72,7 @@ typedef struct {
     float *z;        /* [T][Hv·Dv] */
     float *a, *b;    /* [T][Hv] */
     float *core;     /* [T][Hv·Dv] GDN output, then normed */
-    float *qg;       /* [T][Hq·2·Dh] q_proj output */
-    float *aq;       /* [T][Hq·Dh] query */
-    float *agate;    /* [T][Hq·Dh] gate */
+    float *qg;       /* [T][Hq][2·Dh] q_proj output, per head [query | gate]; the query normed and rotated in place */
     float *ak, *av;  /* [T][Hkv·Dh] */
     float *attn;     /* [T][Hq·Dh] */
     float *mg, *mu;  /* [T][F] gate, up */

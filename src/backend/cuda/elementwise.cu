@@ -2,11 +2,8 @@
  * Variants:
  *   0  embed_rows<fmt>     one block per token, threads over D (table rows padded as in matmul.cu)
  *   1  swiglu_kernel       y = silu(g)·u, grid-stride
- *   2  sigmoid_mul_kernel  y = x·sigmoid(g), grid-stride
- *   3  add_kernel          y += x, grid-stride
- *   4  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
- *   5  read_probe          16-byte loads over a buffer, the measured read bandwidth
- *   6  split_rows_kernel   rows of (a + b) → rows of a and rows of b, grid-stride over elements */
+ *   2  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
+ *   3  read_probe          16-byte loads over a buffer, the measured read bandwidth */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -48,44 +45,9 @@ __global__ void swiglu_kernel(const float *g, const float *u, size_t n, float *y
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = silu_f(g[i]) * u[i];
 }
-__global__ void sigmoid_mul_kernel(const float *x, const float *g, size_t n, float *y) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = x[i] * sigmoid_f(g[i]);
-}
-__global__ void add_kernel(float *y, const float *x, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] += x[i];
-}
-
-__global__ void split_rows_kernel(const float *x, size_t rows, int a, int b, float *ya, float *yb) {
-    const size_t n = rows * (size_t)(a + b);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / (size_t)(a + b), c = i % (size_t)(a + b);
-        if (c < (size_t)a) ya[r * a + c] = x[i];
-        else yb[r * b + (c - a)] = x[i];
-    }
-}
-
-void qrt_cuda_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
-    const size_t n = (size_t)rows * (size_t)(a + b);
-    if (!n) return;
-    split_rows_kernel<<<ew_grid(n), 256>>>(x, (size_t)rows, a, b, ya, yb);
-    QRT_CUDA_LAUNCHED();
-}
-
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
     if (!n) return;
     swiglu_kernel<<<ew_grid(n), 256>>>(g, u, n, y);
-    QRT_CUDA_LAUNCHED();
-}
-void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
-    if (!n) return;
-    sigmoid_mul_kernel<<<ew_grid(n), 256>>>(x, g, n, y);
-    QRT_CUDA_LAUNCHED();
-}
-void qrt_cuda_add(float *y, const float *x, size_t n) {
-    if (!n) return;
-    add_kernel<<<ew_grid(n), 256>>>(y, x, n);
     QRT_CUDA_LAUNCHED();
 }
 
