@@ -355,9 +355,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
 
 static void test_rmsnorm(int rows, int n, uint64_t seed) {
     float *x = host_rand((size_t)rows * n, seed, -2, 2), *w = host_rand(n, seed + 1, 0.5f, 1.5f);
-    float *z = host_rand((size_t)rows * n, seed + 2, -3, 3);
     float *ref = malloc(sizeof(float) * rows * n);
-    float *xd = dev_in(x, (size_t)rows * n), *wd = dev_in(w, n), *zd = dev_in(z, (size_t)rows * n);
+    float *xd = dev_in(x, (size_t)rows * n), *wd = dev_in(w, n);
     float *yd = dev_out((size_t)rows * n);
     char what[128];
     cpu->rmsnorm(x, w, rows, n, 1e-6f, ref);
@@ -367,13 +366,8 @@ static void test_rmsnorm(int rows, int n, uint64_t seed) {
     gpu->rmsnorm(xd, wd, rows, n, 1e-6f, xd); /* in place, as model.c calls it */
     snprintf(what, sizeof what, "rmsnorm in place rows=%d n=%d", rows, n);
     check(what, xd, ref, (size_t)rows * n, 1e-6);
-    gpu->upload(xd, x, sizeof(float) * rows * n);
-    cpu->rmsnorm_gated(x, z, w, rows, n, 1e-6f, ref);
-    gpu->rmsnorm_gated(xd, zd, wd, rows, n, 1e-6f, yd);
-    snprintf(what, sizeof what, "rmsnorm_gated rows=%d n=%d", rows, n);
-    check(what, yd, ref, (size_t)rows * n, 1e-6);
-    free(x), free(w), free(z), free(ref);
-    gpu->free(xd), gpu->free(wd), gpu->free(zd), gpu->free(yd);
+    free(x), free(w), free(ref);
+    gpu->free(xd), gpu->free(wd), gpu->free(yd);
 }
 
 /* h += y then x = rmsnorm(h)·w: the sum must equal the CPU's bit for bit, the norm within f32 rounding, and a row
@@ -417,25 +411,43 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
     gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
 }
 
+/* The recurrence and its gated output norm against the CPU; then (recurrent form) the same T tokens run one call
+ * per token from the same start state, which must give the same output and state bits: rollback relies on it. */
 static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_t seed) {
     size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv, ns = (size_t)Hv * Dk * Dv, no = (size_t)T * Hv * Dv;
     float *qkv = host_rand(T * row, seed, -1, 1), *a = host_rand((size_t)T * Hv, seed + 1, -2, 2);
     float *b = host_rand((size_t)T * Hv, seed + 2, -2, 2), *Al = host_rand(Hv, seed + 3, -1, 1);
     float *dtb = host_rand(Hv, seed + 4, -1, 1), *S = host_rand(ns, seed + 5, -0.1f, 0.1f);
+    float *z = host_rand(no, seed + 6, -3, 3), *w = host_rand(Dv, seed + 7, 0.5f, 1.5f);
     float *o = malloc(sizeof(float) * no);
     float *qd = dev_in(qkv, T * row), *ad = dev_in(a, (size_t)T * Hv), *bd = dev_in(b, (size_t)T * Hv);
     float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_in(S, ns), *od = dev_out(no);
-    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, o);
-    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, od);
+    float *zd = dev_in(z, no), *wd = dev_in(w, Dv), *S1d = dev_in(S, ns), *o1d = dev_out(no);
+    const float eps = 1e-6f;
+    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
+    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
     char what[128];
     double tol = chunked ? 1e-4 : 1e-5;
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", chunked ? " (chunked)" : "", T, Hk, Hv, Dk, Dv);
-    check(what, od, o, no, tol);
+    float *oh = check_dev(what, od, NULL, o, no, tol);
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", chunked ? " (chunked)" : "", T, Hk, Hv,
              Dk, Dv);
-    check(what, Sd, S, ns, tol);
-    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o);
+    float *Sh = check_dev(what, Sd, NULL, S, ns, tol);
+    if (!chunked) {
+        const size_t vo = (size_t)Hv * Dv;
+        for (int t = 0; t < T; t++)
+            gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, 1, Hk, Hv, Dk, Dv, 0,
+                     zd + t * vo, wd, eps, o1d + t * vo);
+        float *o1 = download(o1d, no), *S1 = download(S1d, ns);
+        snprintf(what, sizeof what, "  gdn T=%d token by token: same output bits", T);
+        expect_same_bits(what, o1, oh, no);
+        snprintf(what, sizeof what, "  gdn T=%d token by token: same state bits", T);
+        expect_same_bits(what, S1, Sh, ns);
+        free(o1), free(S1);
+    }
+    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o), free(z), free(w), free(oh), free(Sh);
     gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(Sd), gpu->free(od);
+    gpu->free(zd), gpu->free(wd), gpu->free(S1d), gpu->free(o1d);
 }
 
 /* ---- attention: preparation (q/k norm, RoPE, cache store) and gated attention ---------------------------- */
@@ -724,6 +736,7 @@ int main(int argc, char **argv) {
     /* GDN: 27B heads, fixture heads, dk != dv */
     test_gdn(1, 16, 48, 128, 128, 0, 91);
     test_gdn(7, 16, 48, 128, 128, 0, 92);
+    test_gdn(17, 16, 48, 128, 128, 0, 98);
     test_gdn(100, 16, 48, 128, 128, 1, 93);
     test_gdn(5, 2, 6, 32, 32, 0, 94);
     test_gdn(130, 2, 6, 32, 32, 1, 95);

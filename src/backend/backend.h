@@ -55,18 +55,18 @@ typedef struct qrt_backend {
      * to add followed by rmsnorm (each element of h is summed once, the norm reads the sum as stored). */
     void (*add_rmsnorm)(float *h /* [rows][n] */, const float *y /* [rows][n] */, const float *w /* [n] */, int rows,
                         int n, float eps, float *x /* [rows][n] */);
-    /* Gated DeltaNet output norm: y = w · (x · rsqrt(mean(x²) + eps)) · silu(z), per row of n. */
-    void (*rmsnorm_gated)(const float *x, const float *z, const float *w /* [n] */, int rows, int n, float eps,
-                          float *y);
     /* Causal depthwise conv over Ck taps then SiLU. state holds the Ck-1 previous raw inputs (oldest first)
      * and is advanced by the T new ones. */
     void (*conv1d_silu)(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */, const float *w /* [ch][Ck] */,
                         int T, int ch, int Ck, float *y /* [T][ch] */);
-    /* Gated DeltaNet core for T tokens from state S. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv output, q and k
-     * raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv]. Writes
-     * o [T][Hv][Dv] and advances S [Hv][Dk][Dv]. chunked selects the chunked (prefill) form. */
+    /* Gated DeltaNet core for T tokens from state S, then its output norm. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv
+     * output, q and k raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv].
+     * Advances S [Hv][Dk][Dv] and writes o [T][Hv][Dv] = norm_w · (r · rsqrt(mean(r²) + eps)) · silu(z) per head, r
+     * the recurrence's output. chunked selects the chunked (prefill) form. A token's arithmetic does not depend on T
+     * (in the recurrent form): rollback re-runs the kept tokens and gets the same state bits. */
     void (*gdn)(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
-                int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
+                int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z /* [T][Hv][Dv] */,
+                const float *norm_w /* [Dv] */, float eps, float *o);
     /* Attention's per-token preparation, one op. Per query head, the query half of q_proj's per-head
      * [query | gate] row is RMS-normed with q_norm and rotated in place (the gate half is left as it is); each key
      * row is RMS-normed with k_norm and rotated, and stored with its value row into the cache at positions

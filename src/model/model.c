@@ -476,8 +476,8 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
      * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
      * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->core);
-    be->rmsnorm_gated(sc->core, sc->z, l->gdn_norm, T * Hv, Dv, c->rms_eps, sc->core);
+    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z, l->gdn_norm,
+            c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
@@ -624,8 +624,9 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
             be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
             /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
             be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
+            /* only the state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
             be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
-                    c->gdn_dk, c->gdn_dv, 0, s->sc.core);
+                    c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
         }
     }
     /* KV entries past the new position are simply overwritten later */

@@ -71,7 +71,7 @@ typedef struct {
     float *conv;     /* [T][conv_dim] after conv + SiLU: q | k | v */
     float *z;        /* [T][Hv·Dv] */
     float *a, *b;    /* [T][Hv] */
-    float *core;     /* [T][Hv·Dv] GDN output, then normed */
+    float *core;     /* [T][Hv·Dv] GDN output, normed and gated */
     float *qg;       /* [T][Hq][2·Dh] q_proj output, per head [query | gate]; the query normed and rotated in place */
     float *ak, *av;  /* [T][Hkv·Dh] */
     float *attn;     /* [T][Hq·Dh] */
@@ -122,7 +122,8 @@ void qrt_session_rollback(qrt_session *s, int n_keep);
 const float *qrt_session_hidden(const qrt_session *s, int t);
 /* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], may be
  * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
- * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]). */
+ * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]) when non-NULL, its
+ * greedy pick (argmax on the backend) to *pick when non-NULL. */
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits);
 /* Bytes one decoded token moves, by kind. */
 typedef struct {

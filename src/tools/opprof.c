@@ -80,15 +80,13 @@ static void t_rmsnorm(const float *x, const float *w, int rows, int n, float eps
 static void t_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
     TIMED(QRT_OPCAT_OTHER, 0, real->add_rmsnorm(h, y, w, rows, n, eps, x));
 }
-static void t_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y) {
-    TIMED(QRT_OPCAT_GDN, 0, real->rmsnorm_gated(x, z, w, rows, n, eps, y));
-}
 static void t_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
     TIMED(QRT_OPCAT_GDN, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
 }
 static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
-                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
-    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o));
+                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w, float eps,
+                  float *o) {
+    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, z, norm_w, eps, o));
 }
 static void t_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
                         const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta) {
@@ -106,7 +104,7 @@ const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     on_cuda = !strcmp(r->name, "cuda");
     timed = *r; /* alloc, free, prepare_linear and prepare_group pass through untimed */
     timed.copy = t_copy, timed.zero = t_zero, timed.upload = t_upload, timed.download = t_download;
-    timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm, timed.rmsnorm_gated = t_rmsnorm_gated;
+    timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm;
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
     if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
     timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm;

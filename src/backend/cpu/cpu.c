@@ -258,8 +258,8 @@ static size_t gdn_chunk_ws_floats(int Dk, int Dv) {
     return C * Dk * 3 + C * Dv * 2 + C * C * 2 + 2 * C;
 }
 
-static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
+static void gdn_core(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                     float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
     QRT_ASSERT(Dk <= GDN_MAX_D && Dv <= GDN_MAX_D);
     gdn_in in = {qkv, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv, 2 * (size_t)Hk * Dk + (size_t)Hv * Dv};
     size_t wsn = gdn_chunk_ws_floats(Dk, Dv);
@@ -275,6 +275,14 @@ static void cpu_gdn(const float *qkv, const float *a, const float *b, const floa
         }
         free(ws);
     }
+}
+
+/* The recurrence (or chunked form), then the gated norm of each head's output: literally the two former ops. */
+static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
+                    float eps, float *o) {
+    gdn_core(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o);
+    cpu_rmsnorm_gated(o, z, norm_w, T * Hv, Dv, eps, o);
 }
 
 /* ---- RoPE ---------------------------------------------------------------------------------------- */
@@ -423,7 +431,6 @@ static const qrt_backend cpu_backend = {
     .matmul_group = cpu_matmul_group,
     .rmsnorm = cpu_rmsnorm,
     .add_rmsnorm = cpu_add_rmsnorm,
-    .rmsnorm_gated = cpu_rmsnorm_gated,
     .conv1d_silu = cpu_conv1d_silu,
     .gdn = cpu_gdn,
     .attn_prep = cpu_attn_prep,

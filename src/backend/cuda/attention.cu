@@ -32,8 +32,16 @@ __host__ __device__ static inline int att_chunk_keys(int n) {
     const int k = (n + ATT_MAX_CHUNKS - 1) / ATT_MAX_CHUNKS;
     return k > ATT_CHUNK_KEYS ? k : ATT_CHUNK_KEYS;
 }
-/* every chunk c < att_chunks(n) starts below n, so none is empty */
+/* every chunk c < att_chunks(n) starts below n, so none is empty. Not monotonic in n (2048 keys are 64 chunks of
+ * 32, 2049 are 63 of 33): a launch takes the most over its tokens (att_chunks_max). */
 __host__ __device__ static inline int att_chunks(int n) { return (n + att_chunk_keys(n) - 1) / att_chunk_keys(n); }
+
+/* The most chunks any token t0..t0+T-1 of a call at pos0 has. */
+static int att_chunks_max(int pos0, int t0, int T) {
+    int most = 1;
+    for (int t = t0; t < t0 + T; t++) most = QRT_MAX(most, att_chunks(pos0 + t + 1));
+    return most;
+}
 
 /* Scratch layout for ATT_SLICE tokens (tl = token within the slice): the chunk outputs [ATT_SLICE][Hq][64][Dh],
  * then each chunk's (max, sum) [ATT_SLICE][Hq][64][2]. */
@@ -266,14 +274,14 @@ static float *attention_scratch(int Hq, int Dh) {
 template <int E, int F>
 static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     float *part = attention_scratch(Hq, Dh);
-    if (att_chunks(pos0 + T) == 1) { /* every token's keys are one chunk: one launch, no merge */
+    if (att_chunks_max(pos0, 0, T) == 1) { /* every token's keys are one chunk: one launch, no merge */
         attention_chunk<E, F><<<dim3(Hq, T, 1), 128>>>(qg, *kv, pos0, 0, Hq, Hkv, Dh, out, part);
         QRT_CUDA_LAUNCHED();
         return;
     }
     for (int t0 = 0; t0 < T; t0 += ATT_SLICE) {
         const int Ts = QRT_MIN(ATT_SLICE, T - t0);
-        const dim3 grid(Hq, Ts, att_chunks(pos0 + t0 + Ts)); /* the slice's last token has the most chunks */
+        const dim3 grid(Hq, Ts, att_chunks_max(pos0, t0, Ts));
         attention_chunk<E, F><<<grid, 128>>>(qg, *kv, pos0, t0, Hq, Hkv, Dh, out, part);
         QRT_CUDA_LAUNCHED();
         attention_merge<E><<<dim3(Hq, Ts), 32>>>(qg, pos0, t0, Hq, Dh, out, part);

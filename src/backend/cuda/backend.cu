@@ -1,9 +1,9 @@
 /* The CUDA backend's op table: memory (cudaMalloc, legacy default stream), weight upload, and the ops
  * whose kernels live in the op-family files beside this one:
  *   matmul.cu       dense GEMV / tiled matmul, NVFP4 W4A16 variants + autotune
- *   norms.cu        rmsnorm, add + rmsnorm, gated rmsnorm
+ *   norms.cu        rmsnorm, add + rmsnorm
  *   conv1d.cu       causal depthwise conv + SiLU
- *   gdn.cu          Gated DeltaNet recurrence (the chunked form runs the recurrence too)
+ *   gdn.cu          Gated DeltaNet recurrence + its gated output norm (the chunked form runs the recurrence too)
  *   attention.cu    q/k norm + RoPE + KV cache store (f32 / bf16 / fp8) in one op, gated causal GQA attention
  *   elementwise.cu  embed, swiglu, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
@@ -165,7 +165,6 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->matmul_group = qrt_cuda_matmul_group;
         b->rmsnorm = qrt_cuda_rmsnorm;
         b->add_rmsnorm = qrt_cuda_add_rmsnorm;
-        b->rmsnorm_gated = qrt_cuda_rmsnorm_gated;
         b->conv1d_silu = qrt_cuda_conv1d_silu;
         b->gdn = qrt_cuda_gdn;
         b->attn_prep = qrt_cuda_attn_prep;
