@@ -630,6 +630,51 @@ static void test_elementwise(size_t n, uint64_t seed) {
     gpu->free(ad), gpu->free(bd), gpu->free(yd);
 }
 
+/* argmax against the CPU's (qrt_argmax), exactly: random rows and rows built for the rules (ties of the max: the
+ * first wins; NaN first: 0; NaN elsewhere: skipped; all -inf: 0; +inf), at the 27B vocabulary and odd lengths; the
+ * output poisoned with a guard band after it; the last row alone gives the same pick. */
+static void test_argmax(int rows, int n, uint64_t seed) {
+    const size_t len = (size_t)rows * n;
+    float *x = host_rand(len, seed, -8, 8);
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * n;
+        switch (r % 6) {
+        case 1: xr[n / 3] = xr[n - 1] = 100.0f; break;
+        case 2: xr[0] = NAN, xr[n - 1] = 50.0f; break;
+        case 3: xr[n / 2] = NAN, xr[n / 4] = 30.0f; break; /* n / 4 wins unless it is n / 2 */
+        case 4:
+            for (int i = 0; i < n; i++) xr[i] = -INFINITY;
+            break;
+        case 5: xr[n - 1] = INFINITY, xr[(n - 2 + n) % n] = INFINITY; break;
+        default: break;
+        }
+    }
+    int32_t *ref = malloc(sizeof(int32_t) * rows), *got = malloc(sizeof(int32_t) * (rows + GUARD));
+    cpu->argmax(x, rows, n, ref);
+    float *xd = dev_in(x, len), *od = dev_out((size_t)rows), *o1d = dev_out(1);
+    gpu->argmax(xd, rows, n, (int32_t *)od);
+    gpu->argmax(xd + len - n, 1, n, (int32_t *)o1d);
+    gpu->download(got, od, sizeof(int32_t) * (rows + GUARD));
+    int32_t alone;
+    gpu->download(&alone, o1d, sizeof alone);
+    int bad = -1, guard_ok = 1;
+    for (int r = 0; r < rows && bad < 0; r++)
+        if (got[r] != ref[r]) bad = r;
+    for (int i = 0; i < GUARD; i++) guard_ok &= !memcmp(&got[rows + i], &SENTINEL, 4);
+    checks++;
+    if (bad >= 0 || !guard_ok || alone != got[rows - 1]) {
+        failures++;
+        printf("FAIL argmax rows=%d n=%d:", rows, n);
+        if (bad >= 0) printf(" row %d picks %d, the CPU %d", bad, got[bad], ref[bad]);
+        if (!guard_ok) printf(" guard overwritten");
+        if (alone != got[rows - 1]) printf(" last row alone picks %d, in the batch %d", alone, got[rows - 1]);
+        printf("\n");
+    } else {
+        printf("ok   argmax rows=%-3d n=%-48d identical\n", rows, n);
+    }
+    free(x), free(ref), free(got), gpu->free(xd), gpu->free(od), gpu->free(o1d);
+}
+
 static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
     size_t esize = fmt == QRT_WF_F32 ? 4 : 2;
     uint8_t *e = malloc((size_t)V * D * esize);
@@ -758,6 +803,14 @@ int main(int argc, char **argv) {
         test_attention(fmt, 2, 40, 2, 2, 48, 16, 1e4, 120);
         test_attention(fmt, 20, 100, 6, 2, 40, 8, 1e6, 121);
     }
+    /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more
+     * rows than one launch pair takes (64) */
+    test_argmax(1, 248320, 125);
+    test_argmax(7, 248320, 126);
+    test_argmax(17, 248320, 127);
+    test_argmax(6, 5, 128);
+    test_argmax(130, 1001, 129);
+    test_argmax(12, 8191, 130);
     /* elementwise and embedding */
     test_elementwise((size_t)7 * 17408, 121);
     test_elementwise(1001, 122);

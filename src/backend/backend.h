@@ -82,6 +82,10 @@ typedef struct qrt_backend {
                       float *out /* [T][Hq][Dh] */);
     /* y = silu(g) · u */
     void (*swiglu)(const float *g, const float *u, size_t n, float *y);
+    /* The greedy choice per row, on the backend so only 4 bytes per row need to come back: out[r] = qrt_argmax of row
+     * r, the first index of its largest value. NaN is never chosen over a number, except that a row starting with NaN
+     * gives 0 (qrt_argmax's scan keeps its first element then). */
+    void (*argmax)(const float *x /* [rows][n] */, int rows, int n, int32_t *out /* [rows] */);
 } qrt_backend;
 
 const qrt_backend *qrt_backend_cpu(void);

@@ -390,7 +390,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
         {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
         {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->ak, T * kvrow},   {&sc->av, T * kvrow},
         {&sc->attn, T * qdim},   {&sc->mg, T * F},         {&sc->mu, T * F},       {&sc->hfinal, T * D},
-        {&sc->logits, (size_t)c->vocab},
+        {&sc->logits, (size_t)c->vocab}, {(float **)&sc->picks, T},
         {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
         {&sc->mtp_out, m->mtp.present ? T * D : 0},
     };
@@ -536,29 +536,39 @@ static void decoder_stack(qrt_session *s, const qrt_layer *layers, const qrt_lay
     }
 }
 
-/* logits (host [V]) = lm_head · h (backend [D]) */
-static void lm_head(qrt_session *s, const float *h, float *logits) {
+/* lm_head · h (backend [D]) → logits (host [V]); or, with pick (backend) non-NULL, only its argmax → *pick. */
+static void lm_head(qrt_session *s, const float *h, float *logits, int32_t *pick) {
     const qrt_model *m = s->m;
     m->be->matmul(&m->lm_head, h, 1, s->sc.logits);
-    m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
+    if (pick) m->be->argmax(s->sc.logits, 1, m->cfg.vocab, pick);
+    else m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
 }
 
-/* One piece of T ≤ QRT_MAX_T tokens; for each i < n_rows, the logits after token rows[i] of this piece go to
- * outs[i] ([V]). Leaves every token's final-normed hidden in sc->hfinal. */
-static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, float *const *outs,
-                          int n_rows) {
+/* Where a forward's requested rows go: their logits (host [n_rows][V]), or only their greedy picks (sc->picks,
+ * downloaded at the end into host [n_rows]). */
+typedef struct {
+    float *logits;
+    int32_t *picks;
+} row_out;
+
+/* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
+ * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. */
+static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
+                          int n_rows, const row_out *out) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
     m->be->embed(&m->embed, ids, T, sc->h);
     decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, T, m->final_norm, sc->hfinal);
-    for (int i = 0; i < n_rows; i++) lm_head(s, sc->hfinal + (size_t)rows[i] * D, outs[i]);
+    for (int k = 0; k < n_rows; k++)
+        lm_head(s, sc->hfinal + (size_t)rows[k] * D, out->logits ? out->logits + (size_t)idx[k] * c->vocab : NULL,
+                out->picks ? sc->picks + idx[k] : NULL);
     s->pos += T;
 }
 
-qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
-                       float *logits) {
+static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                               row_out out) {
     if (!s || !ids || n < 1) return qrt_fail(QRT_ERR_ARG, "qrt_forward: need at least one token");
     const qrt_config *c = &s->m->cfg;
     int32_t last = n - 1;
@@ -566,7 +576,8 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
         if (n_rows > 1) return qrt_fail(QRT_ERR_ARG, "qrt_forward: rows is NULL but n_rows is %d", n_rows);
         rows = &last;
     }
-    if (n_rows < 0 || (n_rows && !logits)) return qrt_fail(QRT_ERR_ARG, "qrt_forward: bad logits request");
+    if (n_rows < 0 || (n_rows && !out.logits && !out.picks) || (out.picks && n_rows > QRT_MAX_T))
+        return qrt_fail(QRT_ERR_ARG, "qrt_forward: bad logits request");
     if (n > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "%d tokens do not fit: the session holds %d of %d; make the session with a "
                         "larger context (--ctx)", n, s->pos, s->max_ctx);
@@ -582,19 +593,29 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
     s->rec_T = s->recording ? n : 0;
     s->rec_pos = s->pos;
     /* Long inputs run in pieces; each piece computes the requested rows that fall inside it. */
-    int32_t piece_rows[QRT_MAX_T];
-    float *piece_outs[QRT_MAX_T];
+    int32_t piece_rows[QRT_MAX_T], piece_idx[QRT_MAX_T];
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
         int T = QRT_MIN(QRT_MAX_T, n - start), k = 0;
         for (int32_t i = 0; i < n_rows; i++)
             if (rows[i] >= start && rows[i] < start + T) {
                 piece_rows[k] = rows[i] - start;
-                piece_outs[k++] = logits + (size_t)i * c->vocab;
+                piece_idx[k++] = i;
             }
-        forward_piece(s, ids + start, T, piece_rows, piece_outs, k);
+        forward_piece(s, ids + start, T, piece_rows, piece_idx, k, &out);
     }
+    if (out.picks && n_rows) s->m->be->download(out.picks, s->sc.picks, sizeof(int32_t) * (size_t)n_rows);
     s->recording = 0;
     return QRT_OK;
+}
+
+qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                       float *logits) {
+    return forward_rows(s, ids, n, rows, n_rows, (row_out){logits, NULL});
+}
+
+qrt_status qrt_forward_greedy(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                              int32_t *picks) {
+    return forward_rows(s, ids, n, rows, n_rows, (row_out){NULL, picks});
 }
 
 const float *qrt_session_hidden(const qrt_session *s, int t) {
@@ -636,7 +657,8 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
 
 /* MODEL.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
  * out = mtp.norm(x). */
-void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits) {
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
+                     int32_t *pick) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
@@ -652,7 +674,12 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
     be->matmul(&mtp->fc, sc->mtp_u, T, sc->h);
     const qrt_layer_kind full = QRT_LAYER_FULL;
     decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, pos0, T, mtp->norm_out, sc->mtp_out);
-    if (logits) lm_head(s, sc->mtp_out + (size_t)(T - 1) * D, logits);
+    const float *last = sc->mtp_out + (size_t)(T - 1) * D;
+    if (logits) lm_head(s, last, logits, NULL);
+    if (pick) {
+        lm_head(s, last, NULL, sc->picks);
+        be->download(pick, sc->picks, sizeof *pick);
+    }
 }
 
 qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *logits) {

@@ -78,6 +78,7 @@ typedef struct {
     float *mg, *mu;  /* [T][F] gate, up */
     float *hfinal;   /* [T][D] final-normed hidden of every token (what lm_head and the MTP read) */
     float *logits;   /* [V] logits of one row, before download */
+    int32_t *picks;  /* [QRT_MAX_T] greedy choices of the requested rows, before download */
     float *mtp_u;    /* [T][2D] MTP input: [norm(embedding) | norm(hidden)] */
     float *mtp_e;    /* [T][D] MTP token embeddings */
     float *mtp_out;  /* [T][D] MTP output after mtp.norm: its logits' input and the next draft's hidden */
@@ -124,7 +125,13 @@ const float *qrt_session_hidden(const qrt_session *s, int t);
  * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
  * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]) when non-NULL, its
  * greedy pick (argmax on the backend) to *pick when non-NULL. */
-void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits);
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
+                     int32_t *pick);
+/* qrt_forward for greedy decoding: instead of the requested rows' logits, only their argmax (picks, host
+ * [n_rows], n_rows ≤ QRT_MAX_T), computed on the backend: 4 bytes per row come back instead of V floats. The
+ * same tokens as qrt_argmax of qrt_forward's logits. */
+qrt_status qrt_forward_greedy(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                              int32_t *picks);
 /* Bytes one decoded token moves, by kind. */
 typedef struct {
     uint64_t weights;    /* matmul weights read (embedding: one row) */

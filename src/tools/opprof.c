@@ -98,6 +98,9 @@ static void t_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int 
 static void t_swiglu(const float *g, const float *u, size_t n, float *y) {
     TIMED(QRT_OPCAT_OTHER, 0, real->swiglu(g, u, n, y));
 }
+static void t_argmax(const float *x, int rows, int n, int32_t *out) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->argmax(x, rows, n, out));
+}
 
 const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     real = r;
@@ -107,7 +110,7 @@ const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm;
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
     if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
-    timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm;
+    timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm, timed.argmax = t_argmax;
     return &timed;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/model.h"
 #include "model/quant_encode.h"
 #include "backend/cpu/cpu_quant.h"
 
@@ -410,6 +411,10 @@ static void cpu_add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static void cpu_argmax(const float *x, int rows, int n, int32_t *out) {
+    for (int r = 0; r < rows; r++) out[r] = qrt_argmax(x + (size_t)r * n, n);
+}
+
 /* Literally add then rmsnorm: the reference the fused GPU kernel must reproduce. */
 static void cpu_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
     cpu_add(h, y, (size_t)rows * n);
@@ -436,6 +441,7 @@ static const qrt_backend cpu_backend = {
     .attn_prep = cpu_attn_prep,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .argmax = cpu_argmax,
 };
 
 const qrt_backend *qrt_backend_cpu(void) { return &cpu_backend; }

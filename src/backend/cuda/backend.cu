@@ -5,7 +5,7 @@
  *   conv1d.cu       causal depthwise conv + SiLU
  *   gdn.cu          Gated DeltaNet recurrence + its gated output norm (the chunked form runs the recurrence too)
  *   attention.cu    q/k norm + RoPE + KV cache store (f32 / bf16 / fp8) in one op, gated causal GQA attention
- *   elementwise.cu  embed, swiglu, test/bench fills and the read probe
+ *   elementwise.cu  embed, swiglu, argmax, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
  * (the mmap'd host data is left as it is). */
 #include <string.h>
@@ -170,6 +170,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->attn_prep = qrt_cuda_attn_prep;
         b->attention = qrt_cuda_attention;
         b->swiglu = qrt_cuda_swiglu;
+        b->argmax = qrt_cuda_argmax;
         b->name = "cuda";
     }
     return &cuda_backend;
