@@ -361,9 +361,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
 
 static void test_rmsnorm(int rows, int n, uint64_t seed) {
     float *x = host_rand((size_t)rows * n, seed, -2, 2), *w = host_rand(n, seed + 1, 0.5f, 1.5f);
-    float *z = host_rand((size_t)rows * n, seed + 2, -3, 3);
     float *ref = malloc(sizeof(float) * rows * n);
-    float *xd = dev_in(x, (size_t)rows * n), *wd = dev_in(w, n), *zd = dev_in(z, (size_t)rows * n);
+    float *xd = dev_in(x, (size_t)rows * n), *wd = dev_in(w, n);
     float *yd = dev_out((size_t)rows * n);
     char what[128];
     cpu->rmsnorm(x, w, rows, n, 1e-6f, ref);
@@ -373,13 +372,33 @@ static void test_rmsnorm(int rows, int n, uint64_t seed) {
     gpu->rmsnorm(xd, wd, rows, n, 1e-6f, xd); /* in place, as model.c calls it */
     snprintf(what, sizeof what, "rmsnorm in place rows=%d n=%d", rows, n);
     check(what, xd, ref, (size_t)rows * n, 1e-6);
-    gpu->upload(xd, x, sizeof(float) * rows * n);
-    cpu->rmsnorm_gated(x, z, w, rows, n, 1e-6f, ref);
-    gpu->rmsnorm_gated(xd, zd, wd, rows, n, 1e-6f, yd);
-    snprintf(what, sizeof what, "rmsnorm_gated rows=%d n=%d", rows, n);
-    check(what, yd, ref, (size_t)rows * n, 1e-6);
-    free(x), free(w), free(z), free(ref);
-    gpu->free(xd), gpu->free(wd), gpu->free(zd), gpu->free(yd);
+    free(x), free(w), free(ref);
+    gpu->free(xd), gpu->free(wd), gpu->free(yd);
+}
+
+/* h += y then x = rmsnorm(h)·w: the sum must equal the CPU's bit for bit, the norm within f32 rounding, and a row
+ * computed alone must equal the same row inside the batch. */
+static void test_add_rmsnorm(int rows, int n, uint64_t seed) {
+    const size_t len = (size_t)rows * n;
+    float *h = host_rand(len, seed, -2, 2), *y = host_rand(len, seed + 1, -2, 2);
+    float *w = host_rand(n, seed + 2, 0.5f, 1.5f);
+    float *hd = dev_in(h, len), *yd = dev_in(y, len), *wd = dev_in(w, n), *xd = dev_out(len);
+    float *ref = malloc(sizeof(float) * len);
+    char what[128];
+    /* the last row alone first, from a copy of the inputs (the op advances h) */
+    float *h1d = dev_in(h + len - n, n), *x1d = dev_out(n);
+    gpu->add_rmsnorm(h1d, yd + len - n, wd, 1, n, 1e-6f, x1d);
+    cpu->add_rmsnorm(h, y, w, rows, n, 1e-6f, ref);
+    gpu->add_rmsnorm(hd, yd, wd, rows, n, 1e-6f, xd);
+    snprintf(what, sizeof what, "add_rmsnorm rows=%d n=%d: h", rows, n);
+    check(what, hd, h, len, 0);
+    snprintf(what, sizeof what, "add_rmsnorm rows=%d n=%d: x", rows, n);
+    float *x = check_dev(what, xd, NULL, ref, len, 1e-6);
+    float *x1 = download(x1d, n);
+    snprintf(what, sizeof what, "  last row alone same bits as in the batch of %d", rows);
+    expect_same_bits(what, x + len - n, x1, (size_t)n);
+    free(x), free(x1), free(h), free(y), free(w), free(ref);
+    gpu->free(hd), gpu->free(yd), gpu->free(wd), gpu->free(xd), gpu->free(h1d), gpu->free(x1d);
 }
 
 static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
@@ -398,69 +417,211 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
     gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
 }
 
+/* The recurrence and its gated output norm against the CPU; then (recurrent form) the same T tokens run one call
+ * per token from the same start state, which must give the same output and state bits: rollback relies on it. */
 static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_t seed) {
     size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv, ns = (size_t)Hv * Dk * Dv, no = (size_t)T * Hv * Dv;
     float *qkv = host_rand(T * row, seed, -1, 1), *a = host_rand((size_t)T * Hv, seed + 1, -2, 2);
     float *b = host_rand((size_t)T * Hv, seed + 2, -2, 2), *Al = host_rand(Hv, seed + 3, -1, 1);
     float *dtb = host_rand(Hv, seed + 4, -1, 1), *S = host_rand(ns, seed + 5, -0.1f, 0.1f);
+    float *z = host_rand(no, seed + 6, -3, 3), *w = host_rand(Dv, seed + 7, 0.5f, 1.5f);
     float *o = malloc(sizeof(float) * no);
     float *qd = dev_in(qkv, T * row), *ad = dev_in(a, (size_t)T * Hv), *bd = dev_in(b, (size_t)T * Hv);
     float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_in(S, ns), *od = dev_out(no);
-    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, o);
-    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, od);
+    float *zd = dev_in(z, no), *wd = dev_in(w, Dv), *S1d = dev_in(S, ns), *o1d = dev_out(no);
+    const float eps = 1e-6f;
+    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
+    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
     char what[128];
     double tol = chunked ? 1e-4 : 1e-5;
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", chunked ? " (chunked)" : "", T, Hk, Hv, Dk, Dv);
-    check(what, od, o, no, tol);
+    float *oh = check_dev(what, od, NULL, o, no, tol);
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", chunked ? " (chunked)" : "", T, Hk, Hv,
              Dk, Dv);
-    check(what, Sd, S, ns, tol);
-    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o);
+    float *Sh = check_dev(what, Sd, NULL, S, ns, tol);
+    if (!chunked) {
+        const size_t vo = (size_t)Hv * Dv;
+        for (int t = 0; t < T; t++)
+            gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, 1, Hk, Hv, Dk, Dv, 0,
+                     zd + t * vo, wd, eps, o1d + t * vo);
+        float *o1 = download(o1d, no), *S1 = download(S1d, ns);
+        snprintf(what, sizeof what, "  gdn T=%d token by token: same output bits", T);
+        expect_same_bits(what, o1, oh, no);
+        snprintf(what, sizeof what, "  gdn T=%d token by token: same state bits", T);
+        expect_same_bits(what, S1, Sh, ns);
+        free(o1), free(S1);
+    }
+    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o), free(z), free(w), free(oh), free(Sh);
     gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(Sd), gpu->free(od);
+    gpu->free(zd), gpu->free(wd), gpu->free(S1d), gpu->free(o1d);
 }
 
-static void test_rope(int T, int H, int Dh, int R, double theta, int pos0, uint64_t seed) {
-    size_t n = (size_t)T * H * Dh;
-    float *x = host_rand(n, seed, -2, 2), *xd = dev_in(x, n);
-    cpu->rope(x, T, H, Dh, R, theta, pos0);
-    gpu->rope(xd, T, H, Dh, R, theta, pos0);
-    char what[128];
-    snprintf(what, sizeof what, "rope T=%d H=%d Dh=%d R=%d theta=%g pos0=%d", T, H, Dh, R, theta, pos0);
-    check(what, xd, x, n, 2e-6);
-    free(x), gpu->free(xd);
+/* ---- attention: preparation (q/k norm, RoPE, cache store) and gated attention ---------------------------- */
+
+/* Element i of a cache piece in format fmt widened to f32 (scale: the row's fp8 scale). */
+static float kv_elem(int fmt, const uint8_t *p, size_t i, float scale) {
+    if (fmt == QRT_KV_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    if (fmt == QRT_KV_BF16) {
+        uint16_t b;
+        memcpy(&b, p + 2 * i, 2);
+        return qrt_bf16_to_f32(b);
+    }
+    return qrt_e4m3_lut[p[i]] * scale;
 }
 
-/* The cache is filled through kv_store on each backend (the GPU's rounding to bf16 / e4m3 must match the
- * CPU's exactly, checked on the stored bytes), then attention reads it. */
-static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, uint64_t seed) {
-    const int C = pos0 + T;
-    size_t nq = (size_t)T * Hq * Dh, nc = (size_t)C * Hkv * Dh, rows = (size_t)C * Hkv;
-    const size_t es = qrt_kv_elem_bytes(fmt);
-    float *q = host_rand(nq, seed, -1, 1), *k = host_rand(nc, seed + 1, -1, 1), *v = host_rand(nc, seed + 2, -1, 1);
-    for (size_t i = 0; i < nq; i++) q[i] *= 4; /* sharper softmax than uniform noise gives */
-    float *ref = malloc(sizeof(float) * nq);
-    uint8_t *hk = malloc(nc * es), *hv = malloc(nc * es);
-    float *hks = malloc(sizeof(float) * rows), *hvs = malloc(sizeof(float) * rows);
-    qrt_kv hkv = {fmt, hk, hv, fmt == QRT_KV_FP8 ? hks : NULL, fmt == QRT_KV_FP8 ? hvs : NULL};
-    qrt_kv dkv = {fmt, gpu->alloc(nc * es), gpu->alloc(nc * es), fmt == QRT_KV_FP8 ? gpu->alloc(4 * rows) : NULL,
-                  fmt == QRT_KV_FP8 ? gpu->alloc(4 * rows) : NULL};
-    float *qd = dev_in(q, nq), *kd = dev_in(k, nc), *vd = dev_in(v, nc), *od = dev_out(nq);
-    cpu->kv_store(&hkv, k, v, C, 0, Hkv, Dh);
-    gpu->kv_store(&dkv, kd, vd, C, 0, Hkv, Dh);
-    uint8_t *back = malloc(nc * es);
-    char what[160];
-    gpu->download(back, dkv.k, nc * es);
+/* A device KV cache of `rows` (C·Hkv) rows of Dh: every byte poisoned (0xff is NaN in f32, bf16 and e4m3) and a
+ * guard band of sentinels after each piece. */
+static void *dev_poisoned_bytes(size_t n) {
+    uint8_t *h = malloc(n + 4 * GUARD);
+    memset(h, 0xff, n);
+    for (int i = 0; i < GUARD; i++) memcpy(h + n + 4 * i, &SENTINEL, 4);
+    void *d = gpu->alloc(n + 4 * GUARD);
+    gpu->upload(d, h, n + 4 * GUARD);
+    free(h);
+    return d;
+}
+static qrt_kv dev_cache(int fmt, size_t rows, int Dh) {
+    const size_t bytes = rows * Dh * qrt_kv_elem_bytes(fmt);
+    qrt_kv kv = {fmt, dev_poisoned_bytes(bytes), dev_poisoned_bytes(bytes), NULL, NULL};
+    if (fmt == QRT_KV_FP8) kv.ks = dev_poisoned_bytes(4 * rows), kv.vs = dev_poisoned_bytes(4 * rows);
+    return kv;
+}
+static qrt_kv host_cache(int fmt, size_t rows, int Dh) {
+    const size_t bytes = rows * Dh * qrt_kv_elem_bytes(fmt);
+    qrt_kv kv = {fmt, malloc(bytes), malloc(bytes), NULL, NULL};
+    if (fmt == QRT_KV_FP8) kv.ks = malloc(4 * rows), kv.vs = malloc(4 * rows);
+    return kv;
+}
+static void cache_free(const qrt_backend *be, qrt_kv *kv) {
+    be->free(kv->k), be->free(kv->v);
+    if (kv->ks) be->free(kv->ks), be->free(kv->vs);
+}
+
+/* One cache piece (keys or values) of the device against the CPU's: values must be byte-identical (stored as they
+ * came), keys (normed and rotated first, in another order) equal within tol after widening; no NaN, guard intact. */
+static void check_cache_piece(const char *what, int fmt, const void *dev, const float *dev_scales_h, const void *host,
+                              const float *host_scales, size_t rows, int Dh, int exact, double tol) {
+    const size_t bytes = rows * Dh * qrt_kv_elem_bytes(fmt);
+    uint8_t *back = malloc(bytes + 4 * GUARD);
+    gpu->download(back, dev, bytes + 4 * GUARD);
     checks++;
-    snprintf(what, sizeof what, "kv_store fmt=%d C=%d Hkv=%d Dh=%d: stored keys", fmt, C, Hkv, Dh);
-    if (memcmp(back, hk, nc * es)) failures++, printf("FAIL %-58s differ from the CPU's bytes\n", what);
-    else printf("ok   %-58s byte-identical\n", what);
-    cpu->attention(q, &hkv, T, pos0, Hq, Hkv, Dh, ref);
-    gpu->attention(qd, &dkv, T, pos0, Hq, Hkv, Dh, od);
-    snprintf(what, sizeof what, "attention fmt=%d T=%d pos0=%d Hq=%d Hkv=%d Dh=%d", fmt, T, pos0, Hq, Hkv, Dh);
-    check(what, od, ref, nq, 1e-5);
-    free(q), free(k), free(v), free(ref), free(hk), free(hv), free(hks), free(hvs), free(back);
-    gpu->free(qd), gpu->free(kd), gpu->free(vd), gpu->free(od), gpu->free(dkv.k), gpu->free(dkv.v);
-    if (dkv.ks) gpu->free(dkv.ks), gpu->free(dkv.vs);
+    int guard_ok = 1;
+    for (int i = 0; i < GUARD; i++) guard_ok &= !memcmp(back + bytes + 4 * i, &SENTINEL, 4);
+    double num = 0, den = 0;
+    size_t bad = SIZE_MAX;
+    for (size_t i = 0; i < rows * Dh; i++) {
+        const float a = kv_elem(fmt, back, i, dev_scales_h ? dev_scales_h[i / Dh] : 1.0f);
+        const float b = kv_elem(fmt, host, i, host_scales ? host_scales[i / Dh] : 1.0f);
+        if (!isfinite(a) && bad == SIZE_MAX) bad = i;
+        num += ((double)a - b) * ((double)a - b), den += (double)b * b;
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    const int same = !memcmp(back, host, bytes);
+    if (!guard_ok || bad != SIZE_MAX || (exact ? !same : rel > tol)) {
+        failures++;
+        printf("FAIL %-58s %s rel %.3g%s%s\n", what, exact && !same ? "bytes differ," : "", rel,
+               bad != SIZE_MAX ? " non-finite" : "", guard_ok ? "" : " guard overwritten");
+    } else {
+        printf("ok   %-58s %s rel %.3g\n", what, same ? "byte-identical," : "", rel);
+    }
+    free(back);
+}
+
+/* Both caches after the preparation of the same inputs. The fp8 scales come back first (they widen the codes). */
+static void check_caches(const char *shape, const qrt_kv *dkv, const qrt_kv *hkv, size_t rows, int Dh) {
+    const int fmt = hkv->fmt;
+    float *dks = NULL, *dvs = NULL;
+    char what[300];
+    if (fmt == QRT_KV_FP8) {
+        float *hks = malloc(sizeof(float) * rows);
+        memcpy(hks, hkv->ks, sizeof(float) * rows);
+        snprintf(what, sizeof what, "%s: key scales", shape);
+        dks = check_dev(what, dkv->ks, NULL, hks, rows, 1e-5);
+        snprintf(what, sizeof what, "%s: value scales", shape);
+        dvs = check_dev(what, dkv->vs, NULL, hkv->vs, rows, 0);
+        free(hks);
+    }
+    const double key_tol = fmt == QRT_KV_F32 ? 2e-6 : fmt == QRT_KV_BF16 ? 1e-4 : 1e-3; /* rare rounding flips */
+    snprintf(what, sizeof what, "%s: stored keys", shape);
+    check_cache_piece(what, fmt, dkv->k, dks, hkv->k, hkv->ks, rows, Dh, 0, key_tol);
+    snprintf(what, sizeof what, "%s: stored values", shape);
+    check_cache_piece(what, fmt, dkv->v, dvs, hkv->v, hkv->vs, rows, Dh, 1, 0);
+    free(dks), free(dvs);
+}
+
+/* attn_prep of pos0 history tokens then of T tokens at pos0 on each backend, compared (queries, both caches); then
+ * attention over identical inputs (the CPU's cache and queries uploaded), compared; then tokens of the batch
+ * computed alone, which must give the same bits (prep and attention). */
+static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta, uint64_t seed) {
+    const int C = pos0 + T;
+    const size_t qrow = (size_t)Hq * 2 * Dh, kvrow = (size_t)Hkv * Dh, rows = (size_t)C * Hkv;
+    const size_t es = qrt_kv_elem_bytes(fmt), nq = (size_t)T * qrow, no = (size_t)T * Hq * Dh;
+    const float eps = 1e-6f;
+    float *qn = host_rand(Dh, seed, 0.8f, 2.0f), *kn = host_rand(Dh, seed + 1, 0.8f, 2.0f);
+    float *qnd = dev_in(qn, Dh), *knd = dev_in(kn, Dh);
+    qrt_kv hkv = host_cache(fmt, rows, Dh), dkv = dev_cache(fmt, rows, Dh);
+    /* the history: C - T earlier tokens, prepared the same way */
+    if (pos0 > 0) {
+        float *hq = host_rand((size_t)pos0 * qrow, seed + 2, -1, 1);
+        float *hk = host_rand((size_t)pos0 * kvrow, seed + 3, -1, 1);
+        float *hv = host_rand((size_t)pos0 * kvrow, seed + 4, -1, 1);
+        float *hqd = dev_in(hq, (size_t)pos0 * qrow), *hkd = dev_in(hk, (size_t)pos0 * kvrow);
+        float *hvd = dev_in(hv, (size_t)pos0 * kvrow);
+        cpu->attn_prep(hq, hk, hv, qn, kn, eps, &hkv, pos0, 0, Hq, Hkv, Dh, R, theta);
+        gpu->attn_prep(hqd, hkd, hvd, qnd, knd, eps, &dkv, pos0, 0, Hq, Hkv, Dh, R, theta);
+        free(hq), free(hk), free(hv), gpu->free(hqd), gpu->free(hkd), gpu->free(hvd);
+    }
+    float *q0 = host_rand(nq, seed + 5, -1, 1), *k = host_rand((size_t)T * kvrow, seed + 6, -1, 1);
+    float *v = host_rand((size_t)T * kvrow, seed + 7, -1, 1), *qg = malloc(sizeof(float) * nq);
+    memcpy(qg, q0, sizeof(float) * nq);
+    float *qgd = dev_in(q0, nq), *kd = dev_in(k, (size_t)T * kvrow), *vd = dev_in(v, (size_t)T * kvrow);
+    cpu->attn_prep(qg, k, v, qn, kn, eps, &hkv, T, pos0, Hq, Hkv, Dh, R, theta);
+    gpu->attn_prep(qgd, kd, vd, qnd, knd, eps, &dkv, T, pos0, Hq, Hkv, Dh, R, theta);
+    char shape[120], what[200];
+    snprintf(shape, sizeof shape, "fmt=%d T=%d pos0=%d Hq=%d Hkv=%d Dh=%d R=%d theta=%g", fmt, T, pos0, Hq, Hkv, Dh, R,
+             theta);
+    snprintf(what, sizeof what, "attn_prep %s: [query | gate]", shape);
+    float *qg_dev = check_dev(what, qgd, NULL, qg, nq, 2e-6);
+    snprintf(what, sizeof what, "attn_prep %s", shape);
+    check_caches(what, &dkv, &hkv, rows, Dh);
+    const int ts[3] = {0, T / 2, T - 1};
+    for (int i = 0; i < 3; i++) { /* a token prepared alone: same query bits as in the batch */
+        const int t = ts[i];
+        if (i && t == ts[i - 1]) continue;
+        float *q1d = dev_in(q0 + t * qrow, qrow);
+        gpu->attn_prep(q1d, kd + t * kvrow, vd + t * kvrow, qnd, knd, eps, &dkv, 1, pos0 + t, Hq, Hkv, Dh, R, theta);
+        float *q1 = download(q1d, qrow);
+        snprintf(what, sizeof what, "  attn_prep token %d alone same bits as in the batch", t);
+        expect_same_bits(what, q1, qg_dev + t * qrow, qrow);
+        free(q1), gpu->free(q1d);
+    }
+    /* attention on identical inputs: the CPU's prepared queries and cache bytes */
+    gpu->upload(qgd, qg, sizeof(float) * nq);
+    gpu->upload(dkv.k, hkv.k, rows * Dh * es), gpu->upload(dkv.v, hkv.v, rows * Dh * es);
+    if (fmt == QRT_KV_FP8) gpu->upload(dkv.ks, hkv.ks, 4 * rows), gpu->upload(dkv.vs, hkv.vs, 4 * rows);
+    float *ref = malloc(sizeof(float) * no), *od = dev_out(no);
+    cpu->attention(qg, &hkv, T, pos0, Hq, Hkv, Dh, ref);
+    gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, od);
+    snprintf(what, sizeof what, "attention %s", shape);
+    float *o = check_dev(what, od, NULL, ref, no, 1e-5);
+    const size_t orow = (size_t)Hq * Dh;
+    for (int i = 0; i < 3; i++) { /* batch invariance: a token alone (its own chunks, its own merge) */
+        const int t = ts[i];
+        if (i && t == ts[i - 1]) continue;
+        float *o1d = dev_out(orow);
+        gpu->attention(qgd + t * qrow, &dkv, 1, pos0 + t, Hq, Hkv, Dh, o1d);
+        float *o1 = download(o1d, orow);
+        snprintf(what, sizeof what, "  attention token %d alone same bits as in the batch", t);
+        expect_same_bits(what, o1, o + t * orow, orow);
+        free(o1), gpu->free(o1d);
+    }
+    free(qn), free(kn), free(q0), free(k), free(v), free(qg), free(qg_dev), free(ref), free(o);
+    gpu->free(qnd), gpu->free(knd), gpu->free(qgd), gpu->free(kd), gpu->free(vd), gpu->free(od);
+    cache_free(cpu, &hkv), cache_free(gpu, &dkv);
 }
 
 static void test_elementwise(size_t n, uint64_t seed) {
@@ -471,30 +632,53 @@ static void test_elementwise(size_t n, uint64_t seed) {
     gpu->swiglu(ad, bd, n, yd);
     snprintf(what, sizeof what, "swiglu n=%zu", n);
     check(what, yd, ref, n, 1e-6);
-    cpu->sigmoid_mul(a, b, n, ref);
-    gpu->sigmoid_mul(ad, bd, n, yd);
-    snprintf(what, sizeof what, "sigmoid_mul n=%zu", n);
-    check(what, yd, ref, n, 1e-6);
-    memcpy(ref, a, sizeof(float) * n);
-    cpu->add(ref, b, n);
-    gpu->add(ad, bd, n);
-    snprintf(what, sizeof what, "add n=%zu", n);
-    check(what, ad, ref, n, 0);
-    /* split_rows as attention uses it: rows of [query | gate], here with unequal halves too */
-    const int wa = 24, wb = 8, rows = (int)(n / (wa + wb));
-    /* outputs sized exactly, so the guard bands behind them catch a write past the end */
-    float *xd = dev_in(b, n), *ya = malloc(sizeof(float) * n), *yad = dev_out((size_t)rows * wa),
-          *ybd = dev_out((size_t)rows * wb);
-    cpu->split_rows(b, rows, wa, wb, ya, ref);
-    gpu->split_rows(xd, rows, wa, wb, yad, ybd);
-    snprintf(what, sizeof what, "split_rows rows=%d %d|%d (second part)", rows, wa, wb);
-    check(what, ybd, ref, (size_t)rows * wb, 0);
-    snprintf(what, sizeof what, "split_rows rows=%d %d|%d (first part)", rows, wa, wb);
-    check(what, yad, ya, (size_t)rows * wa, 0);
-    gpu->free(xd);
-    free(ya), gpu->free(yad), gpu->free(ybd);
     free(a), free(b), free(ref);
     gpu->free(ad), gpu->free(bd), gpu->free(yd);
+}
+
+/* argmax against the CPU's (qrt_argmax), exactly: random rows and rows built for the rules (ties of the max: the
+ * first wins; NaN first: 0; NaN elsewhere: skipped; all -inf: 0; +inf), at the 27B vocabulary and odd lengths; the
+ * output poisoned with a guard band after it; the last row alone gives the same pick. */
+static void test_argmax(int rows, int n, uint64_t seed) {
+    const size_t len = (size_t)rows * n;
+    float *x = host_rand(len, seed, -8, 8);
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * n;
+        switch (r % 6) {
+        case 1: xr[n / 3] = xr[n - 1] = 100.0f; break;
+        case 2: xr[0] = NAN, xr[n - 1] = 50.0f; break;
+        case 3: xr[n / 2] = NAN, xr[n / 4] = 30.0f; break; /* n / 4 wins unless it is n / 2 */
+        case 4:
+            for (int i = 0; i < n; i++) xr[i] = -INFINITY;
+            break;
+        case 5: xr[n - 1] = INFINITY, xr[(n - 2 + n) % n] = INFINITY; break;
+        default: break;
+        }
+    }
+    int32_t *ref = malloc(sizeof(int32_t) * rows), *got = malloc(sizeof(int32_t) * (rows + GUARD));
+    cpu->argmax(x, rows, n, ref);
+    float *xd = dev_in(x, len), *od = dev_out((size_t)rows), *o1d = dev_out(1);
+    gpu->argmax(xd, rows, n, (int32_t *)od);
+    gpu->argmax(xd + len - n, 1, n, (int32_t *)o1d);
+    gpu->download(got, od, sizeof(int32_t) * (rows + GUARD));
+    int32_t alone;
+    gpu->download(&alone, o1d, sizeof alone);
+    int bad = -1, guard_ok = 1;
+    for (int r = 0; r < rows && bad < 0; r++)
+        if (got[r] != ref[r]) bad = r;
+    for (int i = 0; i < GUARD; i++) guard_ok &= !memcmp(&got[rows + i], &SENTINEL, 4);
+    checks++;
+    if (bad >= 0 || !guard_ok || alone != got[rows - 1]) {
+        failures++;
+        printf("FAIL argmax rows=%d n=%d:", rows, n);
+        if (bad >= 0) printf(" row %d picks %d, the CPU %d", bad, got[bad], ref[bad]);
+        if (!guard_ok) printf(" guard overwritten");
+        if (alone != got[rows - 1]) printf(" last row alone picks %d, in the batch %d", alone, got[rows - 1]);
+        printf("\n");
+    } else {
+        printf("ok   argmax rows=%-3d n=%-48d identical\n", rows, n);
+    }
+    free(x), free(ref), free(got), gpu->free(xd), gpu->free(od), gpu->free(o1d);
 }
 
 static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
@@ -593,6 +777,11 @@ int main(int argc, char **argv) {
     test_rmsnorm(7 * 48, 128, 73);
     test_rmsnorm(5, 130, 74);
     test_rmsnorm(3, 4096, 75);
+    test_add_rmsnorm(1, 5120, 76);
+    test_add_rmsnorm(7, 5120, 77);
+    test_add_rmsnorm(17, 5120, 78);
+    test_add_rmsnorm(5, 130, 79);
+    test_add_rmsnorm(3, 2500, 80);
     /* conv */
     test_conv1d(1, 10240, 4, 81);
     test_conv1d(7, 10240, 4, 82);
@@ -601,26 +790,36 @@ int main(int argc, char **argv) {
     /* GDN: 27B heads, fixture heads, dk != dv */
     test_gdn(1, 16, 48, 128, 128, 0, 91);
     test_gdn(7, 16, 48, 128, 128, 0, 92);
+    test_gdn(17, 16, 48, 128, 128, 0, 98);
     test_gdn(100, 16, 48, 128, 128, 1, 93);
     test_gdn(5, 2, 6, 32, 32, 0, 94);
     test_gdn(130, 2, 6, 32, 32, 1, 95);
     test_gdn(9, 2, 4, 32, 48, 0, 96);
     test_gdn(3, 1, 2, 64, 40, 0, 97);
-    /* rope */
-    test_rope(7, 24, 256, 64, 1e7, 100, 101);
-    test_rope(7, 4, 256, 64, 1e7, 4000, 102);
-    test_rope(5, 4, 32, 8, 1e7, 0, 103);
-    test_rope(9, 2, 32, 16, 1e4, 17, 104);
-    /* attention: decode and prefill, GQA 6:1 at Dh 256; fixture shapes */
+    /* attention preparation and attention: decode and prefill, GQA 6:1 at Dh 256 (27B); contexts of one chunk, of
+     * many (up to 64 at 8K), calls mixing one-chunk and many-chunk tokens, a call across the point where the chunk
+     * length grows (n = 2049), several 16-token slices; the fixture shapes and odd head sizes */
     for (int fmt = QRT_KV_F32; fmt <= QRT_KV_FP8; fmt++) {
-        test_attention(fmt, 1, 300, 24, 4, 256, 111);
-        test_attention(fmt, 1, 0, 24, 4, 256, 112);
-        test_attention(fmt, 33, 0, 24, 4, 256, 113);
-        test_attention(fmt, 7, 129, 24, 4, 256, 114);
-        test_attention(fmt, 5, 3, 4, 2, 32, 115);
-        test_attention(fmt, 130, 0, 4, 1, 64, 116);
-        test_attention(fmt, 2, 40, 2, 2, 48, 117);
+        test_attention(fmt, 1, 300, 24, 4, 256, 64, 1e7, 111);
+        test_attention(fmt, 1, 0, 24, 4, 256, 64, 1e7, 112);
+        test_attention(fmt, 33, 0, 24, 4, 256, 64, 1e7, 113);
+        test_attention(fmt, 7, 129, 24, 4, 256, 64, 1e7, 114);
+        test_attention(fmt, 1, 8191, 24, 4, 256, 64, 1e7, 115);
+        test_attention(fmt, 9, 4000, 24, 4, 256, 64, 1e7, 116);
+        test_attention(fmt, 17, 2040, 24, 4, 256, 64, 1e7, 117);
+        test_attention(fmt, 5, 3, 4, 2, 32, 8, 1e7, 118);
+        test_attention(fmt, 130, 0, 4, 1, 64, 16, 1e4, 119);
+        test_attention(fmt, 2, 40, 2, 2, 48, 16, 1e4, 120);
+        test_attention(fmt, 20, 100, 6, 2, 40, 8, 1e6, 121);
     }
+    /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more
+     * rows than one launch pair takes (64) */
+    test_argmax(1, 248320, 125);
+    test_argmax(7, 248320, 126);
+    test_argmax(17, 248320, 127);
+    test_argmax(6, 5, 128);
+    test_argmax(130, 1001, 129);
+    test_argmax(12, 8191, 130);
     /* elementwise and embedding */
     test_elementwise((size_t)7 * 17408, 121);
     test_elementwise(1001, 122);

@@ -190,26 +190,29 @@ static void test_kv_format(const char *data, const char *name, int fmt, double t
 }
 
 /* A stored row comes back as exactly its rounding: attention over a single cached position returns that
- * position's value row (softmax weight 1), so it exposes the cache's dequantized contents bit for bit.
- * Expected values are computed here from the format definitions (bf16 RNE; e4m3 RNE of x / (amax/448)). */
+ * position's value row (softmax weight 1; the gate is 100, and sigmoid(100) is exactly 1 in f32), so it exposes
+ * the cache's dequantized contents bit for bit. Expected values are computed here from the format definitions
+ * (bf16 RNE; e4m3 RNE of x / (amax/448)). */
 static void test_kv_roundtrip(int fmt) {
     const qrt_backend *be = qrt_backend_cpu();
     enum { HKV = 2, DH = 64 };
-    float k[HKV * DH], v[HKV * DH], q[HKV * DH], out[HKV * DH];
+    float k[HKV * DH], v[HKV * DH], qg[HKV * 2 * DH], out[HKV * DH], ones[DH];
     uint32_t seed = 12345u + (uint32_t)fmt;
     for (int i = 0; i < HKV * DH; i++) {
         seed = seed * 1664525u + 1013904223u;
         float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
         v[i] = u * (i < DH ? 3.0f : 1e-3f) * (1 + i % 7); /* two heads of very different magnitude */
         k[i] = u;
-        q[i] = -u;
+        qg[i / DH * 2 * DH + i % DH] = -u;
+        qg[i / DH * 2 * DH + DH + i % DH] = 100.0f;
     }
+    for (int d = 0; d < DH; d++) ones[d] = 1.0f;
     v[5] = 0;
     uint8_t kbuf[HKV * DH * 4], vbuf[HKV * DH * 4];
     float ks[HKV], vs[HKV];
     qrt_kv kv = {fmt, kbuf, vbuf, fmt == QRT_KV_FP8 ? ks : NULL, fmt == QRT_KV_FP8 ? vs : NULL};
-    be->kv_store(&kv, k, v, 1, 0, HKV, DH);
-    be->attention(q, &kv, 1, 0, HKV, HKV, DH, out);
+    be->attn_prep(qg, k, v, ones, ones, 1e-6f, &kv, 1, 0, HKV, HKV, DH, 0, 1e4);
+    be->attention(qg, &kv, 1, 0, HKV, HKV, DH, out);
     int exact = 1;
     for (int h = 0; h < HKV; h++) {
         float amax = 0;

@@ -51,35 +51,41 @@ typedef struct qrt_backend {
                          float *const *y /* y[i]: [T][N_i] */);
     /* y = x · rsqrt(mean(x²) + eps) · w, per row of n; w already holds (1 + w) for zero-centred norms. */
     void (*rmsnorm)(const float *x, const float *w /* [n] */, int rows, int n, float eps, float *y);
-    /* Gated DeltaNet output norm: y = w · (x · rsqrt(mean(x²) + eps)) · silu(z), per row of n. */
-    void (*rmsnorm_gated)(const float *x, const float *z, const float *w /* [n] */, int rows, int n, float eps,
-                          float *y);
+    /* The residual add and the next norm in one pass: h += y, then x = rmsnorm(h) · w, per row of n. Bit-identical
+     * to add followed by rmsnorm (each element of h is summed once, the norm reads the sum as stored). */
+    void (*add_rmsnorm)(float *h /* [rows][n] */, const float *y /* [rows][n] */, const float *w /* [n] */, int rows,
+                        int n, float eps, float *x /* [rows][n] */);
     /* Causal depthwise conv over Ck taps then SiLU. state holds the Ck-1 previous raw inputs (oldest first)
      * and is advanced by the T new ones. */
     void (*conv1d_silu)(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */, const float *w /* [ch][Ck] */,
                         int T, int ch, int Ck, float *y /* [T][ch] */);
-    /* Gated DeltaNet core for T tokens from state S. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv output, q and k
-     * raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv]. Writes
-     * o [T][Hv][Dv] and advances S [Hv][Dk][Dv]. chunked selects the chunked (prefill) form. */
+    /* Gated DeltaNet core for T tokens from state S, then its output norm. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv
+     * output, q and k raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv].
+     * Advances S [Hv][Dk][Dv] and writes o [T][Hv][Dv] = norm_w · (r · rsqrt(mean(r²) + eps)) · silu(z) per head, r
+     * the recurrence's output. chunked selects the chunked (prefill) form. A token's arithmetic does not depend on T
+     * (in the recurrent form): rollback re-runs the kept tokens and gets the same state bits. */
     void (*gdn)(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
-                int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
-    /* Rotate-half RoPE on the first R dims of each head, token t at position pos0 + t. */
-    void (*rope)(float *x /* [T][H][Dh] */, int T, int H, int Dh, int R, double theta, int pos0);
-    /* Write T tokens' keys and values (f32, [T][Hkv][Dh]) into the cache at positions pos0.. in its format
-     * (bf16 and e4m3 round to nearest even; FP8 scale = amax over Dh / 448, 1 for an all-zero row). */
-    void (*kv_store)(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh);
-    /* Causal GQA attention of T queries at positions pos0.. over a cache holding pos0 + T entries.
-     * q: [T][Hq][Dh]; out [T][Hq][Dh]. */
-    void (*attention)(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
-    /* Split rows of (a + b) floats into rows of a and rows of b (q_proj's per-head [query | gate]). */
-    void (*split_rows)(const float *x /* [rows][a+b] */, int rows, int a, int b, float *ya /* [rows][a] */,
-                       float *yb /* [rows][b] */);
+                int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z /* [T][Hv][Dv] */,
+                const float *norm_w /* [Dv] */, float eps, float *o);
+    /* Attention's per-token preparation, one op. Per query head, the query half of q_proj's per-head
+     * [query | gate] row is RMS-normed with q_norm and rotated in place (the gate half is left as it is); each key
+     * row is RMS-normed with k_norm and rotated, and stored with its value row into the cache at positions
+     * pos0.. (bf16 and e4m3 round to nearest even; FP8 scale = amax over Dh / 448, 1 for an all-zero row). RoPE is
+     * rotate-half on the first R dims, token t at position pos0 + t, inv_freq = 1 / theta^(2i/R) in f32. */
+    void (*attn_prep)(float *qg /* [T][Hq][2·Dh] */, const float *k /* [T][Hkv][Dh] */,
+                      const float *v /* [T][Hkv][Dh] */, const float *q_norm /* [Dh] */, const float *k_norm /* [Dh] */,
+                      float eps, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta);
+    /* Causal GQA attention of T queries at positions pos0.. over a cache holding pos0 + T entries, gated:
+     * out = softmax(q·Kᵀ/√Dh)·V · sigmoid(gate), with q and gate the halves of qg's rows as attn_prep left them.
+     * A token's result depends only on its position, never on T. */
+    void (*attention)(const float *qg /* [T][Hq][2·Dh] */, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh,
+                      float *out /* [T][Hq][Dh] */);
     /* y = silu(g) · u */
     void (*swiglu)(const float *g, const float *u, size_t n, float *y);
-    /* y = x · sigmoid(g) */
-    void (*sigmoid_mul)(const float *x, const float *g, size_t n, float *y);
-    /* y += x */
-    void (*add)(float *y, const float *x, size_t n);
+    /* The greedy choice per row, on the backend so only 4 bytes per row need to come back: out[r] = qrt_argmax of row
+     * r, the first index of its largest value. NaN is never chosen over a number, except that a row starting with NaN
+     * gives 0 (qrt_argmax's scan keeps its first element then). */
+    void (*argmax)(const float *x /* [rows][n] */, int rows, int n, int32_t *out /* [rows] */);
 } qrt_backend;
 
 const qrt_backend *qrt_backend_cpu(void);

@@ -22,16 +22,19 @@ static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, 
     const qrt_config *c = &s->m->cfg;
     qrt_chooser ch;
     QRT_TRY(qrt_chooser_init(&ch, c->vocab, &opts->sampling));
-    float *logits = qrt_calloc((size_t)c->vocab, sizeof(float));
-    qrt_status rc = logits ? QRT_OK : QRT_ERR_MEMORY;
+    /* greedy takes each token's argmax from the backend; sampling needs the logits on the host */
+    float *logits = ch.greedy ? NULL : qrt_calloc((size_t)c->vocab, sizeof(float));
+    qrt_status rc = ch.greedy || logits ? QRT_OK : QRT_ERR_MEMORY;
+    int32_t next = 0;
     double t0 = qrt_now_ms(), t1 = t0;
-    if (rc == QRT_OK) rc = qrt_prefill(s, ids, n, logits);
+    if (rc == QRT_OK) rc = ch.greedy ? qrt_forward_greedy(s, ids, n, NULL, 1, &next) : qrt_prefill(s, ids, n, logits);
     t1 = qrt_now_ms();
     st->prefill_ms = t1 - t0;
     while (rc == QRT_OK) {
-        int32_t next = qrt_choose(&ch, logits);
+        if (!ch.greedy) next = qrt_choose(&ch, logits);
         if (emit(c, opts, st, out, next)) break;
-        rc = qrt_decode(s, next, logits);
+        const int32_t id = next;
+        rc = ch.greedy ? qrt_forward_greedy(s, &id, 1, NULL, 1, &next) : qrt_decode(s, id, logits);
     }
     st->decode_ms = qrt_now_ms() - t1;
     free(logits);

@@ -15,10 +15,12 @@ qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts
     sp->stats = stats;
     sp->K = K;
     qrt_status st = qrt_chooser_init(&sp->ch, (int32_t)V, &opts->sampling);
-    sp->verify_logits = qrt_calloc((K + 1) * V, sizeof(float));
-    sp->draft_logits = qrt_calloc(V, sizeof(float));
-    sp->q = sp->ch.greedy ? NULL : qrt_calloc(K * V, sizeof(float));
-    if (st != QRT_OK || !sp->verify_logits || !sp->draft_logits || (!sp->ch.greedy && !sp->q)) {
+    if (st == QRT_OK && !sp->ch.greedy) { /* greedy needs no logits on the host */
+        sp->verify_logits = qrt_calloc((K + 1) * V, sizeof(float));
+        sp->draft_logits = qrt_calloc(V, sizeof(float));
+        sp->q = qrt_calloc(K * V, sizeof(float));
+    }
+    if (st != QRT_OK || (!sp->ch.greedy && (!sp->verify_logits || !sp->draft_logits || !sp->q))) {
         qrt_spec_free(sp);
         return QRT_ERR_MEMORY;
     }
@@ -34,12 +36,33 @@ void qrt_spec_free(qrt_spec *sp) {
     memset(sp, 0, sizeof *sp);
 }
 
-/* The k-th draft (1-based) for absolute position pos, from sp->draft_logits; keeps q_k when sampling. */
+/* The main model over T tokens, n_rows of them requested: greedy keeps only their picks (sp->verify_picks),
+ * sampling their logits (sp->verify_logits). */
+static qrt_status main_forward(qrt_spec *sp, const int32_t *ids, int T, const int32_t *rows, int n_rows) {
+    return sp->ch.greedy ? qrt_forward_greedy(sp->s, ids, T, rows, n_rows, sp->verify_picks)
+                         : qrt_forward(sp->s, ids, T, rows, n_rows, sp->verify_logits);
+}
+
+/* The main model's choice after requested row j: its greedy pick, or a draw from its logits. */
+static int32_t main_choice(qrt_spec *sp, int j) {
+    return sp->ch.greedy ? sp->verify_picks[j]
+                         : qrt_choose(&sp->ch, sp->verify_logits + (size_t)j * sp->s->m->cfg.vocab);
+}
+
+/* qrt_mtp_forward; with want, the last row's output for the next draft: its greedy pick (sp->draft_pick) or its
+ * logits (sp->draft_logits). */
+static void mtp_forward(qrt_spec *sp, const float *h, const int32_t *tokens, int T, int pos0, int want) {
+    const int greedy = sp->ch.greedy;
+    qrt_mtp_forward(sp->s, h, tokens, T, pos0, want && !greedy ? sp->draft_logits : NULL,
+                    want && greedy ? &sp->draft_pick : NULL);
+}
+
+/* The k-th draft (1-based) for absolute position pos, from the MTP's latest output; keeps q_k when sampling. */
 static int32_t draft(qrt_spec *sp, int k, int32_t pos) {
     const int32_t V = sp->s->m->cfg.vocab;
     int32_t d;
     if (sp->ch.greedy) {
-        d = qrt_argmax(sp->draft_logits, V);
+        d = sp->draft_pick;
     } else {
         float *q = sp->q + (size_t)(k - 1) * V;
         qrt_sampling_probs(sp->draft_logits, V, &sp->ch.sampling, q, sp->ch.work);
@@ -55,11 +78,11 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
     /* piece by piece, so each piece's final hidden states are still in scratch when the MTP reads them */
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
         int T = QRT_MIN(QRT_MAX_T, n - start), last = start + T == n;
-        QRT_TRY(qrt_forward(s, ids + start, T, NULL, last, sp->verify_logits));
-        if (last) *first = qrt_choose(&sp->ch, sp->verify_logits);
+        QRT_TRY(main_forward(sp, ids + start, T, NULL, last));
+        if (last) *first = main_choice(sp, 0);
         /* the MTP pair at position t is (hidden of token t, token t+1) */
         for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
-        qrt_mtp_forward(s, qrt_session_hidden(s, 0), pairs, T, start, last ? sp->draft_logits : NULL);
+        mtp_forward(sp, qrt_session_hidden(s, 0), pairs, T, start, last);
         sp->mtp_row = T - 1;
     }
     sp->next = *first;
@@ -68,10 +91,9 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
 
 /* Greedy acceptance: drafts while they equal the main argmax; the bonus is the main argmax after them. */
 static int accept_greedy(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus) {
-    const int32_t V = sp->s->m->cfg.vocab;
     int j = 0;
-    while (j < K && qrt_argmax(sp->verify_logits + (size_t)j * V, V) == d[j]) j++;
-    *bonus = qrt_argmax(sp->verify_logits + (size_t)j * V, V);
+    while (j < K && sp->verify_picks[j] == d[j]) j++;
+    *bonus = sp->verify_picks[j];
     return j;
 }
 
@@ -106,8 +128,8 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
     int K = QRT_MIN(sp->K, s->max_ctx - P - 1);
     if (K < 1) {
-        qrt_forward(s, &sp->next, 1, NULL, 1, sp->verify_logits);
-        out[0] = sp->next = qrt_choose(&sp->ch, sp->verify_logits);
+        main_forward(sp, &sp->next, 1, NULL, 1);
+        out[0] = sp->next = main_choice(sp, 0);
         return 1;
     }
     int32_t toks[QRT_SPEC_MAX_K + 1];
@@ -116,7 +138,7 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     double t0 = qrt_now_ms();
     d[0] = draft(sp, 1, P + 1);
     for (int k = 2; k <= K; k++) {
-        qrt_mtp_forward(s, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, sp->draft_logits);
+        mtp_forward(sp, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, 1);
         sp->mtp_row = 0;
         d[k - 1] = draft(sp, k, P + k);
     }
@@ -124,20 +146,20 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     int32_t rows[QRT_SPEC_MAX_K + 1];
     for (int i = 0; i <= K; i++) rows[i] = i;
     qrt_session_begin_verify(s);
-    qrt_forward(s, toks, K + 1, rows, K + 1, sp->verify_logits); /* arguments checked above: cannot fail */
+    main_forward(sp, toks, K + 1, rows, K + 1); /* arguments checked above: cannot fail */
     double t2 = qrt_now_ms();
     int32_t bonus;
     int j = sp->ch.greedy ? accept_greedy(sp, d, K, &bonus) : accept_sampled(sp, d, K, &bonus);
     if (sp->opts->accept_hook) { /* simulated acceptance (benchmarks): accept the drafts as they are */
         j = QRT_MAX(0, QRT_MIN(K, sp->opts->accept_hook(K, j, sp->opts->accept_user)));
-        bonus = qrt_choose(&sp->ch, sp->verify_logits + (size_t)j * s->m->cfg.vocab);
+        bonus = main_choice(sp, j);
     }
     qrt_session_rollback(s, j + 1);
     for (int i = 0; i < j; i++) out[i] = d[i];
     out[j] = bonus;
     /* the MTP catches up on the accepted tokens from the main model's hidden states; its last row's logits
      * give the next cycle's first draft */
-    qrt_mtp_forward(s, qrt_session_hidden(s, 0), out, j + 1, P, sp->draft_logits);
+    mtp_forward(sp, qrt_session_hidden(s, 0), out, j + 1, P, 1);
     sp->mtp_row = j;
     sp->next = bonus;
     qrt_gen_stats *st = sp->stats;

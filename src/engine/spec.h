@@ -18,9 +18,12 @@ typedef struct {
     qrt_chooser ch;       /* token choice (and its generator) shared by main and draft picks */
     int32_t next;         /* the last committed token, not yet consumed by the main model */
     int mtp_row;          /* row of sc.mtp_out holding the MTP's latest output (the next draft's hidden) */
-    float *verify_logits; /* host [K+1][V] */
-    float *draft_logits;  /* host [V] MTP logits of the latest draft step */
+    float *verify_logits; /* host [K+1][V] (sampling only) */
+    float *draft_logits;  /* host [V] MTP logits of the latest draft step (sampling only) */
     float *q;             /* host [K][V] draft distributions (sampling only) */
+    /* greedy: only the argmax of each row comes back from the backend */
+    int32_t verify_picks[QRT_SPEC_MAX_K + 1];
+    int32_t draft_pick; /* the MTP's latest greedy pick */
 } qrt_spec;
 
 qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts *opts, qrt_gen_stats *stats);

@@ -388,9 +388,9 @@ static int session_pieces(qrt_session *s, carve *cv) {
     const carve scratch[] = {
         {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
         {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
-        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->aq, T * qdim},    {&sc->agate, T * qdim},
-        {&sc->ak, T * kvrow},    {&sc->av, T * kvrow},     {&sc->attn, T * qdim},  {&sc->mg, T * F},
-        {&sc->mu, T * F},        {&sc->hfinal, T * D},     {&sc->logits, (size_t)c->vocab},
+        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->ak, T * kvrow},   {&sc->av, T * kvrow},
+        {&sc->attn, T * qdim},   {&sc->mg, T * F},         {&sc->mu, T * F},       {&sc->hfinal, T * D},
+        {&sc->logits, (size_t)c->vocab}, {(float **)&sc->picks, T},
         {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
         {&sc->mtp_out, m->mtp.present ? T * D : 0},
     };
@@ -476,8 +476,8 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
      * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
      * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->core);
-    be->rmsnorm_gated(sc->core, sc->z, l->gdn_norm, T * Hv, Dv, c->rms_eps, sc->core);
+    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z, l->gdn_norm,
+            c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
@@ -490,14 +490,11 @@ static void attention_block(qrt_session *s, const qrt_layer *l, const qrt_kv *kv
     const int Hq = c->n_heads, Hkv = c->n_kv_heads, Dh = c->head_dim;
     float *const outs[] = {sc->qg, sc->ak, sc->av}; /* q, k, v */
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
-    be->split_rows(sc->qg, T * Hq, Dh, Dh, sc->aq, sc->agate); /* q_proj rows are per head [query | gate] */
-    be->rmsnorm(sc->aq, l->q_norm, T * Hq, Dh, c->rms_eps, sc->aq);
-    be->rmsnorm(sc->ak, l->k_norm, T * Hkv, Dh, c->rms_eps, sc->ak);
-    be->rope(sc->aq, T, Hq, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->rope(sc->ak, T, Hkv, Dh, c->rotary_dim, c->rope_theta, pos);
-    be->kv_store(kv, sc->ak, sc->av, T, pos, Hkv, Dh);
-    be->attention(sc->aq, kv, T, pos, Hq, Hkv, Dh, sc->attn);
-    be->sigmoid_mul(sc->attn, sc->agate, (size_t)T * Hq * Dh, sc->attn);
+    /* q_proj rows are per head [query | gate]: the query is normed and rotated in place, the gate read by
+     * attention, which applies it to its output */
+    be->attn_prep(sc->qg, sc->ak, sc->av, l->q_norm, l->k_norm, c->rms_eps, kv, T, pos, Hq, Hkv, Dh, c->rotary_dim,
+                  c->rope_theta);
+    be->attention(sc->qg, kv, T, pos, Hq, Hkv, Dh, sc->attn);
     be->matmul(&l->o, sc->attn, T, sc->y);
 }
 
@@ -511,46 +508,67 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }
 
-/* One decoder layer (§2.3) on the residual stream sc->h [T][D]. */
+/* One decoder layer (§2.3) on the residual stream sc->h [T][D], whose input norm the caller has already
+ * written to sc->x. The MLP's residual add is fused with the norm that follows it, which belongs to the next
+ * layer (or the final norm): next_norm [D] and its output next_x [T][D]. */
 static void decoder_layer(qrt_session *s, const qrt_layer *l, qrt_layer_kind kind, qrt_layer_state *ls, int pos,
-                          int T) {
+                          int T, const float *next_norm, float *next_x) {
     const qrt_config *c = &s->m->cfg;
     const qrt_backend *be = s->m->be;
     qrt_scratch *sc = &s->sc;
-    const size_t D = (size_t)c->hidden;
-    be->rmsnorm(sc->h, l->in_norm, T, (int)D, c->rms_eps, sc->x);
+    const int D = c->hidden;
     if (kind == QRT_LAYER_LINEAR) gdn_block(s, l, ls, T);
     else attention_block(s, l, &ls->kv, pos, T);
-    be->add(sc->h, sc->y, (size_t)T * D);
-    be->rmsnorm(sc->h, l->post_norm, T, (int)D, c->rms_eps, sc->x);
+    be->add_rmsnorm(sc->h, sc->y, l->post_norm, T, D, c->rms_eps, sc->x);
     mlp_block(s, l, T);
-    be->add(sc->h, sc->y, (size_t)T * D);
+    be->add_rmsnorm(sc->h, sc->y, next_norm, T, D, c->rms_eps, next_x);
 }
 
-/* logits (host [V]) = lm_head · h (backend [D]) */
-static void lm_head(qrt_session *s, const float *h, float *logits) {
+/* The decoder layers in order on sc->h; the last one's residual add ends in final_norm → out [T][D]. */
+static void decoder_stack(qrt_session *s, const qrt_layer *layers, const qrt_layer_kind *kinds, qrt_layer_state *ls,
+                          int n, int pos, int T, const float *final_norm, float *out) {
+    const qrt_config *c = &s->m->cfg;
+    s->m->be->rmsnorm(s->sc.h, layers[0].in_norm, T, c->hidden, c->rms_eps, s->sc.x);
+    for (int i = 0; i < n; i++) {
+        const int last = i == n - 1;
+        decoder_layer(s, &layers[i], kinds[i], &ls[i], pos, T, last ? final_norm : layers[i + 1].in_norm,
+                      last ? out : s->sc.x);
+    }
+}
+
+/* lm_head · h (backend [D]) → logits (host [V]); or, with pick (backend) non-NULL, only its argmax → *pick. */
+static void lm_head(qrt_session *s, const float *h, float *logits, int32_t *pick) {
     const qrt_model *m = s->m;
     m->be->matmul(&m->lm_head, h, 1, s->sc.logits);
-    m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
+    if (pick) m->be->argmax(s->sc.logits, 1, m->cfg.vocab, pick);
+    else m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
 }
 
-/* One piece of T ≤ QRT_MAX_T tokens; for each i < n_rows, the logits after token rows[i] of this piece go to
- * outs[i] ([V]). Leaves every token's final-normed hidden in sc->hfinal. */
-static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, float *const *outs,
-                          int n_rows) {
+/* Where a forward's requested rows go: their logits (host [n_rows][V]), or only their greedy picks (sc->picks,
+ * downloaded at the end into host [n_rows]). */
+typedef struct {
+    float *logits;
+    int32_t *picks;
+} row_out;
+
+/* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
+ * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. */
+static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
+                          int n_rows, const row_out *out) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
     m->be->embed(&m->embed, ids, T, sc->h);
-    for (int li = 0; li < c->n_layers; li++) decoder_layer(s, &m->layers[li], c->layer_kind[li], &s->ls[li], s->pos, T);
-    m->be->rmsnorm(sc->h, m->final_norm, T, (int)D, c->rms_eps, sc->hfinal);
-    for (int i = 0; i < n_rows; i++) lm_head(s, sc->hfinal + (size_t)rows[i] * D, outs[i]);
+    decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, T, m->final_norm, sc->hfinal);
+    for (int k = 0; k < n_rows; k++)
+        lm_head(s, sc->hfinal + (size_t)rows[k] * D, out->logits ? out->logits + (size_t)idx[k] * c->vocab : NULL,
+                out->picks ? sc->picks + idx[k] : NULL);
     s->pos += T;
 }
 
-qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
-                       float *logits) {
+static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                               row_out out) {
     if (!s || !ids || n < 1) return qrt_fail(QRT_ERR_ARG, "qrt_forward: need at least one token");
     const qrt_config *c = &s->m->cfg;
     int32_t last = n - 1;
@@ -558,7 +576,8 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
         if (n_rows > 1) return qrt_fail(QRT_ERR_ARG, "qrt_forward: rows is NULL but n_rows is %d", n_rows);
         rows = &last;
     }
-    if (n_rows < 0 || (n_rows && !logits)) return qrt_fail(QRT_ERR_ARG, "qrt_forward: bad logits request");
+    if (n_rows < 0 || (n_rows && !out.logits && !out.picks) || (out.picks && n_rows > QRT_MAX_T))
+        return qrt_fail(QRT_ERR_ARG, "qrt_forward: bad logits request");
     if (n > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "%d tokens do not fit: the session holds %d of %d; make the session with a "
                         "larger context (--ctx)", n, s->pos, s->max_ctx);
@@ -574,19 +593,29 @@ qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int3
     s->rec_T = s->recording ? n : 0;
     s->rec_pos = s->pos;
     /* Long inputs run in pieces; each piece computes the requested rows that fall inside it. */
-    int32_t piece_rows[QRT_MAX_T];
-    float *piece_outs[QRT_MAX_T];
+    int32_t piece_rows[QRT_MAX_T], piece_idx[QRT_MAX_T];
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
         int T = QRT_MIN(QRT_MAX_T, n - start), k = 0;
         for (int32_t i = 0; i < n_rows; i++)
             if (rows[i] >= start && rows[i] < start + T) {
                 piece_rows[k] = rows[i] - start;
-                piece_outs[k++] = logits + (size_t)i * c->vocab;
+                piece_idx[k++] = i;
             }
-        forward_piece(s, ids + start, T, piece_rows, piece_outs, k);
+        forward_piece(s, ids + start, T, piece_rows, piece_idx, k, &out);
     }
+    if (out.picks && n_rows) s->m->be->download(out.picks, s->sc.picks, sizeof(int32_t) * (size_t)n_rows);
     s->recording = 0;
     return QRT_OK;
+}
+
+qrt_status qrt_forward(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                       float *logits) {
+    return forward_rows(s, ids, n, rows, n_rows, (row_out){logits, NULL});
+}
+
+qrt_status qrt_forward_greedy(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                              int32_t *picks) {
+    return forward_rows(s, ids, n, rows, n_rows, (row_out){NULL, picks});
 }
 
 const float *qrt_session_hidden(const qrt_session *s, int t) {
@@ -616,8 +645,9 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
             be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
             /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
             be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
+            /* only the state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
             be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
-                    c->gdn_dk, c->gdn_dv, 0, s->sc.core);
+                    c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
         }
     }
     /* KV entries past the new position are simply overwritten later */
@@ -627,7 +657,8 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
 
 /* MODEL.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
  * out = mtp.norm(x). */
-void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits) {
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
+                     int32_t *pick) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
@@ -641,9 +672,14 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
         be->rmsnorm(h + t * D, mtp->norm_hidden, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D + D);
     }
     be->matmul(&mtp->fc, sc->mtp_u, T, sc->h);
-    decoder_layer(s, &mtp->layer, QRT_LAYER_FULL, &s->mtp, pos0, T);
-    be->rmsnorm(sc->h, mtp->norm_out, T, (int)D, c->rms_eps, sc->mtp_out);
-    if (logits) lm_head(s, sc->mtp_out + (size_t)(T - 1) * D, logits);
+    const qrt_layer_kind full = QRT_LAYER_FULL;
+    decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, pos0, T, mtp->norm_out, sc->mtp_out);
+    const float *last = sc->mtp_out + (size_t)(T - 1) * D;
+    if (logits) lm_head(s, last, logits, NULL);
+    if (pick) {
+        lm_head(s, last, NULL, sc->picks);
+        be->download(pick, sc->picks, sizeof *pick);
+    }
 }
 
 qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *logits) {

@@ -71,15 +71,14 @@ typedef struct {
     float *conv;     /* [T][conv_dim] after conv + SiLU: q | k | v */
     float *z;        /* [T][Hv·Dv] */
     float *a, *b;    /* [T][Hv] */
-    float *core;     /* [T][Hv·Dv] GDN output, then normed */
-    float *qg;       /* [T][Hq·2·Dh] q_proj output */
-    float *aq;       /* [T][Hq·Dh] query */
-    float *agate;    /* [T][Hq·Dh] gate */
+    float *core;     /* [T][Hv·Dv] GDN output, normed and gated */
+    float *qg;       /* [T][Hq][2·Dh] q_proj output, per head [query | gate]; the query normed and rotated in place */
     float *ak, *av;  /* [T][Hkv·Dh] */
     float *attn;     /* [T][Hq·Dh] */
     float *mg, *mu;  /* [T][F] gate, up */
     float *hfinal;   /* [T][D] final-normed hidden of every token (what lm_head and the MTP read) */
     float *logits;   /* [V] logits of one row, before download */
+    int32_t *picks;  /* [QRT_MAX_T] greedy choices of the requested rows, before download */
     float *mtp_u;    /* [T][2D] MTP input: [norm(embedding) | norm(hidden)] */
     float *mtp_e;    /* [T][D] MTP token embeddings */
     float *mtp_out;  /* [T][D] MTP output after mtp.norm: its logits' input and the next draft's hidden */
@@ -124,8 +123,15 @@ void qrt_session_rollback(qrt_session *s, int n_keep);
 const float *qrt_session_hidden(const qrt_session *s, int t);
 /* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], may be
  * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
- * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]). */
-void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits);
+ * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]) when non-NULL, its
+ * greedy pick (argmax on the backend) to *pick when non-NULL. */
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
+                     int32_t *pick);
+/* qrt_forward for greedy decoding: instead of the requested rows' logits, only their argmax (picks, host
+ * [n_rows], n_rows ≤ QRT_MAX_T), computed on the backend: 4 bytes per row come back instead of V floats. The
+ * same tokens as qrt_argmax of qrt_forward's logits. */
+qrt_status qrt_forward_greedy(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
+                              int32_t *picks);
 /* Bytes one decoded token moves, by kind. */
 typedef struct {
     uint64_t weights;    /* matmul weights read (embedding: one row) */

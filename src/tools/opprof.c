@@ -77,46 +77,40 @@ static void t_matmul_group(const qrt_linear_group *g, const float *x, int T, flo
 static void t_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
     TIMED(QRT_OPCAT_OTHER, 0, real->rmsnorm(x, w, rows, n, eps, y));
 }
-static void t_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y) {
-    TIMED(QRT_OPCAT_GDN, 0, real->rmsnorm_gated(x, z, w, rows, n, eps, y));
+static void t_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->add_rmsnorm(h, y, w, rows, n, eps, x));
 }
 static void t_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
     TIMED(QRT_OPCAT_GDN, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
 }
 static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
-                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
-    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o));
+                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w, float eps,
+                  float *o) {
+    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, z, norm_w, eps, o));
 }
-static void t_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0) {
-    TIMED(QRT_OPCAT_ATTN, 0, real->rope(x, T, H, Dh, R, theta, pos0));
+static void t_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
+                        const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta) {
+    TIMED(QRT_OPCAT_ATTN, 0, real->attn_prep(qg, k, v, q_norm, k_norm, eps, kv, T, pos0, Hq, Hkv, Dh, R, theta));
 }
-static void t_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
-    TIMED(QRT_OPCAT_ATTN, 0, real->kv_store(kv, k, v, T, pos0, Hkv, Dh));
-}
-static void t_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
-    TIMED(QRT_OPCAT_ATTN, 0, real->attention(q, kv, T, pos0, Hq, Hkv, Dh, out));
-}
-static void t_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
-    TIMED(QRT_OPCAT_OTHER, 0, real->split_rows(x, rows, a, b, ya, yb));
+static void t_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    TIMED(QRT_OPCAT_ATTN, 0, real->attention(qg, kv, T, pos0, Hq, Hkv, Dh, out));
 }
 static void t_swiglu(const float *g, const float *u, size_t n, float *y) {
     TIMED(QRT_OPCAT_OTHER, 0, real->swiglu(g, u, n, y));
 }
-static void t_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
-    TIMED(QRT_OPCAT_OTHER, 0, real->sigmoid_mul(x, g, n, y));
+static void t_argmax(const float *x, int rows, int n, int32_t *out) {
+    TIMED(QRT_OPCAT_OTHER, 0, real->argmax(x, rows, n, out));
 }
-static void t_add(float *y, const float *x, size_t n) { TIMED(QRT_OPCAT_OTHER, 0, real->add(y, x, n)); }
 
 const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     real = r;
     on_cuda = !strcmp(r->name, "cuda");
     timed = *r; /* alloc, free, prepare_linear and prepare_group pass through untimed */
     timed.copy = t_copy, timed.zero = t_zero, timed.upload = t_upload, timed.download = t_download;
-    timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm, timed.rmsnorm_gated = t_rmsnorm_gated;
-    timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.rope = t_rope, timed.attention = t_attention;
-    timed.kv_store = t_kv_store, timed.split_rows = t_split_rows;
+    timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm;
+    timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
     if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
-    timed.swiglu = t_swiglu, timed.sigmoid_mul = t_sigmoid_mul, timed.add = t_add;
+    timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm, timed.argmax = t_argmax;
     return &timed;
 }
 

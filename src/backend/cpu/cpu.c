@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/model.h"
 #include "model/quant_encode.h"
 #include "backend/cpu/cpu_quant.h"
 
@@ -70,16 +71,17 @@ static void cpu_matmul_group(const qrt_linear_group *g, const float *x, int T, f
     for (int i = 0; i < g->n; i++) cpu_matmul(g->part[i], x, T, y[i]);
 }
 
+/* One row of n; may run in place (y == x). */
+static void rmsnorm_row(const float *x, const float *w, int n, float eps, float *y) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+}
+
 static void cpu_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
 #pragma omp parallel for schedule(static) if ((int64_t)rows * n >= PARALLEL_MIN_WORK)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
-        double ss = 0;
-        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-        float inv = 1.0f / sqrtf((float)(ss / n) + eps);
-        for (int i = 0; i < n; i++) yr[i] = xr[i] * inv * w[i];
-    }
+    for (int r = 0; r < rows; r++) rmsnorm_row(x + (size_t)r * n, w, n, eps, y + (size_t)r * n);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -257,8 +259,8 @@ static size_t gdn_chunk_ws_floats(int Dk, int Dv) {
     return C * Dk * 3 + C * Dv * 2 + C * C * 2 + 2 * C;
 }
 
-static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
+static void gdn_core(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                     float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
     QRT_ASSERT(Dk <= GDN_MAX_D && Dv <= GDN_MAX_D);
     gdn_in in = {qkv, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv, 2 * (size_t)Hk * Dk + (size_t)Hv * Dv};
     size_t wsn = gdn_chunk_ws_floats(Dk, Dv);
@@ -276,23 +278,27 @@ static void cpu_gdn(const float *qkv, const float *a, const float *b, const floa
     }
 }
 
-/* ---- attention and elementwise ------------------------------------------------------------------- */
+/* The recurrence (or chunked form), then the gated norm of each head's output: literally the two former ops. */
+static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
+                    float eps, float *o) {
+    gdn_core(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o);
+    cpu_rmsnorm_gated(o, z, norm_w, T * Hv, Dv, eps, o);
+}
 
-static void cpu_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0) {
+/* ---- RoPE ---------------------------------------------------------------------------------------- */
+
+/* Rotate-half RoPE of one head's first R dims at position pos. */
+static void rope_row(float *v, int R, double theta, int pos) {
     const int half = R / 2;
-    for (int t = 0; t < T; t++) {
-        float p = (float)(pos0 + t);
-        for (int i = 0; i < half; i++) {
-            /* as transformers computes it in f32: inv_freq = 1 / theta^(2i/R); angle = pos · inv_freq */
-            float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
-            float ang = p * inv, c = cosf(ang), s = sinf(ang);
-            for (int h = 0; h < H; h++) {
-                float *v = x + ((size_t)t * H + h) * Dh;
-                float x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * c - x1 * s;
-                v[i + half] = x1 * c + x0 * s;
-            }
-        }
+    const float p = (float)pos;
+    for (int i = 0; i < half; i++) {
+        /* as transformers computes it in f32: inv_freq = 1 / theta^(2i/R); angle = pos · inv_freq */
+        float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
+        float ang = p * inv, c = cosf(ang), s = sinf(ang);
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * c - x1 * s;
+        v[i + half] = x1 * c + x0 * s;
     }
 }
 
@@ -326,15 +332,32 @@ static void kv_load_row(int fmt, const void *src, float scale, int Dh, float *x)
     }
 }
 
-static void cpu_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
+/* Row `row` ([C][Hkv] order) of the cache's keys (values = 0) or values (values = 1) from f32 x [Dh]. */
+static void kv_store(const qrt_kv *kv, int values, size_t row, const float *x, int Dh) {
     const size_t es = qrt_kv_elem_bytes(kv->fmt);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < Hkv; h++) {
-            size_t row = (size_t)(pos0 + t) * Hkv + h;
-            const float *kr = k + ((size_t)t * Hkv + h) * Dh, *vr = v + ((size_t)t * Hkv + h) * Dh;
-            kv_store_row(kv->fmt, kr, Dh, (uint8_t *)kv->k + row * Dh * es, kv->ks ? &kv->ks[row] : NULL);
-            kv_store_row(kv->fmt, vr, Dh, (uint8_t *)kv->v + row * Dh * es, kv->vs ? &kv->vs[row] : NULL);
+    float *scales = values ? kv->vs : kv->ks;
+    kv_store_row(kv->fmt, x, Dh, (uint8_t *)(values ? kv->v : kv->k) + row * Dh * es, scales ? &scales[row] : NULL);
+}
+
+/* q_norm + RoPE of every query (in place), k_norm + RoPE of every key, then the keys and values into the cache. */
+static void cpu_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm,
+                          float eps, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta) {
+    QRT_ASSERT(Dh <= GDN_MAX_D);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < Hq; h++) {
+            float *q = qg + ((size_t)t * Hq + h) * 2 * Dh; /* [query | gate] */
+            rmsnorm_row(q, q_norm, Dh, eps, q);
+            rope_row(q, R, theta, pos0 + t);
         }
+        for (int g = 0; g < Hkv; g++) {
+            const size_t src = ((size_t)t * Hkv + g) * Dh, row = (size_t)(pos0 + t) * Hkv + g;
+            float kr[GDN_MAX_D];
+            rmsnorm_row(k + src, k_norm, Dh, eps, kr);
+            rope_row(kr, R, theta, pos0 + t);
+            kv_store(kv, 0, row, kr, Dh);
+            kv_store(kv, 1, row, v + src, Dh);
+        }
+    }
 }
 
 /* Cache row j of kv head g (keys or values) widened to f32. */
@@ -347,14 +370,14 @@ static void kv_row(const qrt_kv *kv, int values, int j, int g, int Hkv, int Dh, 
 
 /* ---- attention and elementwise ------------------------------------------------------------------- */
 
-static void cpu_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+static void cpu_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     const float scale = 1.0f / sqrtf((float)Dh);
     const int group = Hq / Hkv;
     QRT_ASSERT(Dh <= GDN_MAX_D);
 #pragma omp parallel for collapse(2) schedule(dynamic) if ((int64_t)T * Hq * (pos0 + T) * Dh >= PARALLEL_MIN_WORK)
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
-            const float *qv = q + ((size_t)t * Hq + h) * Dh;
+            const float *qv = qg + ((size_t)t * Hq + h) * 2 * Dh, *gate = qv + Dh; /* [query | gate] */
             const int g = h / group, n = pos0 + t + 1; /* q-head h reads kv-head h // group; causal */
             float kr[GDN_MAX_D], vr[GDN_MAX_D];
             float mx = -INFINITY;
@@ -376,27 +399,26 @@ static void cpu_attention(const float *q, const qrt_kv *kv, int T, int pos0, int
                 sum += p;
                 for (int d = 0; d < Dh; d++) o[d] += p * vr[d];
             }
-            for (int d = 0; d < Dh; d++) o[d] /= sum;
+            for (int d = 0; d < Dh; d++) o[d] = o[d] / sum * sigmoid(gate[d]);
         }
-}
-
-static void cpu_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
-    for (int r = 0; r < rows; r++) {
-        memcpy(ya + (size_t)r * a, x + (size_t)r * (a + b), sizeof(float) * (size_t)a);
-        memcpy(yb + (size_t)r * b, x + (size_t)r * (a + b) + a, sizeof(float) * (size_t)b);
-    }
 }
 
 static void cpu_swiglu(const float *g, const float *u, size_t n, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = silu(g[i]) * u[i];
 }
 
-static void cpu_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
-    for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(g[i]);
-}
-
 static void cpu_add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_argmax(const float *x, int rows, int n, int32_t *out) {
+    for (int r = 0; r < rows; r++) out[r] = qrt_argmax(x + (size_t)r * n, n);
+}
+
+/* Literally add then rmsnorm: the reference the fused GPU kernel must reproduce. */
+static void cpu_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
+    cpu_add(h, y, (size_t)rows * n);
+    cpu_rmsnorm(h, w, rows, n, eps, x);
 }
 
 static const qrt_backend cpu_backend = {
@@ -413,16 +435,13 @@ static const qrt_backend cpu_backend = {
     .matmul = cpu_matmul,
     .matmul_group = cpu_matmul_group,
     .rmsnorm = cpu_rmsnorm,
-    .rmsnorm_gated = cpu_rmsnorm_gated,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .conv1d_silu = cpu_conv1d_silu,
     .gdn = cpu_gdn,
-    .rope = cpu_rope,
-    .kv_store = cpu_kv_store,
+    .attn_prep = cpu_attn_prep,
     .attention = cpu_attention,
-    .split_rows = cpu_split_rows,
     .swiglu = cpu_swiglu,
-    .sigmoid_mul = cpu_sigmoid_mul,
-    .add = cpu_add,
+    .argmax = cpu_argmax,
 };
 
 const qrt_backend *qrt_backend_cpu(void) { return &cpu_backend; }

@@ -1,38 +1,147 @@
-/* RoPE, the KV cache store, and causal GQA attention over an f32, bf16 or fp8 (e4m3 + per-row scale) cache.
+/* The attention layer's non-GEMM work: per-token preparation (q/k RMSNorm, RoPE, the KV cache store in f32, bf16
+ * or fp8 = e4m3 + per-row scale) and causal GQA attention with its sigmoid output gate.
  * Variants:
- *   0  rope_rotate_half      one thread per (token, head, rotary pair)
- *   1  attention_split4<E,F> one block of 4 warps per (token, q-head); warp w takes keys w, w+4, ...
- *                            with an online softmax, the 4 partial results merged in shared memory;
- *                            lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8); F the KV format. Serves
- *                            decode (T = 1) and prefill (T > 1) alike.
- *   2  kv_store_rows<F>      one warp per (token, kv head): amax by warp reduction (fp8), then the row
- *                            rounded to nearest even as the CPU backend does */
+ *   0  attn_prep_rows<F>      one block of 128 threads per (token, row), the rows being the Hq queries, the Hkv keys
+ *                             and the Hkv values. A query or key row is RMS-normed into shared memory (block_sum at
+ *                             128 threads: the order rmsnorm_rows uses for Dh ≤ 2048) and rotated there; a query
+ *                             goes back in place, a key into the cache; a value row goes to the cache as it is (fp8:
+ *                             amax by block max, then round to nearest even as the CPU backend does). One launch
+ *                             for what split_rows, two rmsnorms, two ropes and kv_store did, with their arithmetic.
+ *   1  attention_chunk<E,F>   one block of 4 warps per (token, q-head, key chunk); warp w takes keys j0 + w,
+ *                             j0 + w + 4, ... of its chunk with an online softmax, the 4 partial results merged in
+ *                             shared memory; lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8); F the KV format. A token
+ *                             whose keys are one chunk writes its gated output directly; otherwise the chunk's
+ *                             (max, sum, unnormalised output) goes to a scratch slot.
+ *   2  attention_merge<E>     one warp per (token, q-head) with more than one chunk: folds the chunks in the order
+ *                             0, 1, ... and applies the gate.
+ * Chunks: the token at position p attends to n = p + 1 keys, cut into chunks of att_chunk_keys(n) = max(32,
+ * ceil(n / 64)) keys (at most 64 chunks). The cut depends only on n, never on T or on the call's other tokens, so
+ * a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece. */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
 #include "util/common.h"
 }
 
-__global__ void rope_rotate_half(float *x /* [T][H][Dh] */, int T, int H, int Dh, int R, float theta, int pos0) {
-    const int half = R / 2;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)T * H * half) return;
-    const int i = (int)(idx % half), h = (int)(idx / half % H), t = (int)(idx / half / H);
-    /* as transformers computes it in f32: inv_freq = 1 / theta^(2i/R); angle = pos · inv_freq */
-    const float inv = 1.0f / powf(theta, (float)(2 * i) / (float)R);
-    const float ang = (float)(pos0 + t) * inv, c = cosf(ang), s = sinf(ang);
-    float *v = x + ((size_t)t * H + h) * Dh;
-    const float x0 = v[i], x1 = v[i + half];
-    v[i] = x0 * c - x1 * s;
-    v[i + half] = x1 * c + x0 * s;
+#define ATT_MAX_DH 256
+#define ATT_CHUNK_KEYS 32 /* a context of up to this many keys is one chunk: no scratch, no merge */
+#define ATT_MAX_CHUNKS 64
+#define ATT_SLICE 16      /* tokens per chunk + merge launch pair: bounds the scratch */
+
+__host__ __device__ static inline int att_chunk_keys(int n) {
+    const int k = (n + ATT_MAX_CHUNKS - 1) / ATT_MAX_CHUNKS;
+    return k > ATT_CHUNK_KEYS ? k : ATT_CHUNK_KEYS;
+}
+/* every chunk c < att_chunks(n) starts below n, so none is empty. Not monotonic in n (2048 keys are 64 chunks of
+ * 32, 2049 are 63 of 33): a launch takes the most over its tokens (att_chunks_max). */
+__host__ __device__ static inline int att_chunks(int n) { return (n + att_chunk_keys(n) - 1) / att_chunk_keys(n); }
+
+/* The most chunks any token t0..t0+T-1 of a call at pos0 has. */
+static int att_chunks_max(int pos0, int t0, int T) {
+    int most = 1;
+    for (int t = t0; t < t0 + T; t++) most = QRT_MAX(most, att_chunks(pos0 + t + 1));
+    return most;
 }
 
-void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0) {
-    const size_t n = (size_t)T * H * (R / 2);
-    if (!n) return;
-    rope_rotate_half<<<qrt_grid(n, 256), 256>>>(x, T, H, Dh, R, (float)theta, pos0);
+/* Scratch layout for ATT_SLICE tokens (tl = token within the slice): the chunk outputs [ATT_SLICE][Hq][64][Dh],
+ * then each chunk's (max, sum) [ATT_SLICE][Hq][64][2]. */
+__device__ static inline size_t att_o_at(int tl, int h, int c, int Hq, int Dh) {
+    return (((size_t)tl * Hq + h) * ATT_MAX_CHUNKS + c) * Dh;
+}
+__device__ static inline size_t att_ml_at(int tl, int h, int c, int Hq, int Dh) {
+    return (size_t)ATT_SLICE * Hq * ATT_MAX_CHUNKS * Dh + (((size_t)tl * Hq + h) * ATT_MAX_CHUNKS + c) * 2;
+}
+
+/* ---- preparation ---------------------------------------------------------------------------------------- */
+
+/* row = rmsnorm(x) · w, then rotate-half RoPE of its first R dims at position pos, in shared memory. The
+ * arithmetic is rmsnorm_rows' followed by the old rope kernel's, so the values are the same bits. */
+__device__ static void norm_rotate(const float *x /* [Dh] */, const float *w /* [Dh] */, int Dh, float eps, int R,
+                                   float theta, int pos, float *row /* [Dh] shared */, float *scratch) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / (float)Dh + eps);
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) row[i] = x[i] * inv * w[i];
+    __syncthreads();
+    const int half = R / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        /* as transformers computes it in f32: inv_freq = 1 / theta^(2i/R); angle = pos · inv_freq */
+        const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)R);
+        const float ang = (float)pos * inv_freq, c = cosf(ang), s = sinf(ang);
+        const float x0 = row[i], x1 = row[i + half];
+        row[i] = x0 * c - x1 * s;
+        row[i + half] = x1 * c + x0 * s;
+    }
+    __syncthreads();
+}
+
+/* Cache row crow ([C][Hkv] order) of keys or values from the f32 row in shared memory. */
+template <int F>
+__device__ static void kv_put(void *cache, float *scales /* [C][Hkv] or NULL */, size_t crow, int Dh,
+                              const float *row /* [Dh] shared */, float *scratch) {
+    if (F == QRT_KV_F32) {
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x) reinterpret_cast<float *>(cache)[crow * Dh + d] = row[d];
+    } else if (F == QRT_KV_BF16) {
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x)
+            reinterpret_cast<__nv_bfloat16 *>(cache)[crow * Dh + d] = __float2bfloat16_rn(row[d]);
+    } else {
+        float amax = 0.0f;
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x) amax = fmaxf(amax, fabsf(row[d]));
+        amax = block_max(amax, scratch); /* max is exact in any order */
+        const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x)
+            reinterpret_cast<__nv_fp8_storage_t *>(cache)[crow * Dh + d] =
+                __nv_cvt_float_to_fp8(row[d] / sc, __NV_SATFINITE, __NV_E4M3);
+        if (threadIdx.x == 0) scales[crow] = sc;
+    }
+}
+
+/* Block (r, t): r < Hq the query of head r, then the Hkv keys, then the Hkv values, of token t. Every branch is
+ * uniform over the block, so the barriers inside them are safe. */
+template <int F>
+__global__ void __launch_bounds__(128) attn_prep_rows(float *qg /* [T][Hq][2·Dh] */, const float *k /* [T][Hkv][Dh] */,
+                                                      const float *v /* [T][Hkv][Dh] */, const float *q_norm /* [Dh] */,
+                                                      const float *k_norm /* [Dh] */, float eps, qrt_kv kv, int pos0,
+                                                      int Hq, int Hkv, int Dh, int R, float theta) {
+    __shared__ float row[ATT_MAX_DH];
+    __shared__ float scratch[32];
+    const int r = blockIdx.x, t = blockIdx.y, pos = pos0 + t;
+    if (r < Hq) {
+        float *q = qg + ((size_t)t * Hq + r) * 2 * Dh; /* the query half of [query | gate] */
+        norm_rotate(q, q_norm, Dh, eps, R, theta, pos, row, scratch);
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x) q[d] = row[d];
+        return;
+    }
+    const int is_key = r < Hq + Hkv, g = is_key ? r - Hq : r - Hq - Hkv;
+    const float *src = (is_key ? k : v) + ((size_t)t * Hkv + g) * Dh;
+    if (is_key) {
+        norm_rotate(src, k_norm, Dh, eps, R, theta, pos, row, scratch);
+    } else {
+        for (int d = threadIdx.x; d < Dh; d += blockDim.x) row[d] = src[d];
+        __syncthreads();
+    }
+    kv_put<F>(is_key ? kv.k : kv.v, is_key ? kv.ks : kv.vs, (size_t)pos * Hkv + g, Dh, row, scratch);
+}
+
+void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
+                        const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta) {
+    QRT_ASSERT(T > 0 && Hkv > 0 && Dh > 0 && Dh <= ATT_MAX_DH && R >= 0 && R <= Dh);
+    const dim3 grid(Hq + 2 * Hkv, T);
+    const float th = (float)theta;
+    switch (kv->fmt) {
+    case QRT_KV_F32:
+        attn_prep_rows<QRT_KV_F32><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+        break;
+    case QRT_KV_BF16:
+        attn_prep_rows<QRT_KV_BF16><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+        break;
+    default: attn_prep_rows<QRT_KV_FP8><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+    }
     QRT_CUDA_LAUNCHED();
 }
+
+/* ---- attention ------------------------------------------------------------------------------------------ */
 
 /* Element d of cache row `row` widened to f32. */
 template <int F>
@@ -44,58 +153,21 @@ __device__ __forceinline__ float kv_load(const void *base, const float *scales, 
     return (float)e * scales[row];
 }
 
-template <int F>
-__global__ void kv_store_rows(const float *x /* [T][Hkv][Dh] */, int T, int pos0, int Hkv, int Dh, void *cache,
-                              float *scales /* [C][Hkv] or NULL */) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (warp >= T * Hkv) return;
-    const int t = warp / Hkv, h = warp % Hkv;
-    const float *src = x + (size_t)warp * Dh;
-    const size_t row = (size_t)(pos0 + t) * Hkv + h;
-    if (F == QRT_KV_F32) {
-        for (int d = lane; d < Dh; d += 32) reinterpret_cast<float *>(cache)[row * Dh + d] = src[d];
-    } else if (F == QRT_KV_BF16) {
-        for (int d = lane; d < Dh; d += 32)
-            reinterpret_cast<__nv_bfloat16 *>(cache)[row * Dh + d] = __float2bfloat16_rn(src[d]);
-    } else {
-        float amax = 0.0f;
-        for (int d = lane; d < Dh; d += 32) amax = fmaxf(amax, fabsf(src[d]));
-        for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-        for (int d = lane; d < Dh; d += 32)
-            reinterpret_cast<__nv_fp8_storage_t *>(cache)[row * Dh + d] =
-                __nv_cvt_float_to_fp8(src[d] / sc, __NV_SATFINITE, __NV_E4M3);
-        if (lane == 0) scales[row] = sc;
-    }
-}
-
-void qrt_cuda_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh) {
-    const unsigned threads = 128, blocks = qrt_grid((size_t)T * Hkv * 32, threads);
-    switch (kv->fmt) {
-    case QRT_KV_F32:
-        kv_store_rows<QRT_KV_F32><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, NULL);
-        kv_store_rows<QRT_KV_F32><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, NULL);
-        break;
-    case QRT_KV_BF16:
-        kv_store_rows<QRT_KV_BF16><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, NULL);
-        kv_store_rows<QRT_KV_BF16><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, NULL);
-        break;
-    default:
-        kv_store_rows<QRT_KV_FP8><<<blocks, threads>>>(k, T, pos0, Hkv, Dh, kv->k, kv->ks);
-        kv_store_rows<QRT_KV_FP8><<<blocks, threads>>>(v, T, pos0, Hkv, Dh, kv->v, kv->vs);
-    }
-    QRT_CUDA_LAUNCHED();
-}
-
+/* Block (h, tl, c): chunk c of token t0 + tl's keys for q-head h. */
 template <int E, int F>
-__global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq][Dh] */, qrt_kv kv, int pos0, int Hq,
-                                                        int Hkv, int Dh, float *out /* [T][Hq][Dh] */) {
+__global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, int pos0, int t0,
+                                                       int Hq, int Hkv, int Dh, float *out /* [T][Hq][Dh] */,
+                                                       float *part /* scratch, att_o_at / att_ml_at */) {
     __shared__ float part_m[4], part_l[4];
     __shared__ float part_o[4][E * 32];
-    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = h / (Hq / Hkv), n = pos0 + t + 1; /* q-head h reads kv-head h // group; causal */
+    const int h = blockIdx.x, tl = blockIdx.y, c = blockIdx.z, t = t0 + tl;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n = pos0 + t + 1, len = att_chunk_keys(n), nch = (n + len - 1) / len; /* causal: keys 0..pos */
+    if (c >= nch) return; /* the whole block: this token has fewer chunks than the call's last one */
+    const int j0 = c * len, j1 = min(n, j0 + len);
+    const int g = h / (Hq / Hkv); /* q-head h reads kv-head h // group */
     const float scale = 1.0f / sqrtf((float)Dh);
-    const float *qv = q + ((size_t)t * Hq + h) * Dh;
+    const float *qv = qg + ((size_t)t * Hq + h) * 2 * Dh, *gate = qv + Dh;
     float qr[E], o[E];
 #pragma unroll
     for (int e = 0; e < E; e++) {
@@ -104,7 +176,7 @@ __global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq
         o[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = warp; j < n; j += 4) {
+    for (int j = j0 + warp; j < j1; j += 4) {
         const size_t row = (size_t)j * Hkv + g;
         float s = 0.0f;
 #pragma unroll
@@ -126,40 +198,110 @@ __global__ void __launch_bounds__(128) attention_split4(const float *q /* [T][Hq
 #pragma unroll
     for (int e = 0; e < E; e++) part_o[warp][lane + 32 * e] = o[e];
     __syncthreads();
-    if (warp == 0) {
-        float M = fmaxf(fmaxf(part_m[0], part_m[1]), fmaxf(part_m[2], part_m[3])); /* finite: key 0 is warp 0's */
-        float f[4], L = 0.0f;
+    if (warp != 0) return;
+    const float M = fmaxf(fmaxf(part_m[0], part_m[1]), fmaxf(part_m[2], part_m[3])); /* finite: key j0 is warp 0's */
+    float f[4], L = 0.0f;
 #pragma unroll
-        for (int w = 0; w < 4; w++) {
-            f[w] = part_l[w] > 0.0f ? expf(part_m[w] - M) : 0.0f; /* a warp without keys has m = -inf, l = 0 */
-            L += part_l[w] * f[w];
-        }
-        float *dst = out + ((size_t)t * Hq + h) * Dh;
+    for (int w = 0; w < 4; w++) {
+        f[w] = part_l[w] > 0.0f ? expf(part_m[w] - M) : 0.0f; /* a warp without keys has m = -inf, l = 0 */
+        L += part_l[w] * f[w];
+    }
+    float *po = part + att_o_at(tl, h, c, Hq, Dh), *dst = out + ((size_t)t * Hq + h) * Dh;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int d = lane + 32 * e;
+        float acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) acc += part_o[w][d] * f[w];
+        if (d >= Dh) continue;
+        if (nch == 1) dst[d] = acc / L * sigmoid_f(gate[d]);
+        else po[d] = acc;
+    }
+    if (nch > 1 && lane == 0) {
+        float *ml = part + att_ml_at(tl, h, c, Hq, Dh);
+        ml[0] = M, ml[1] = L;
+    }
+}
+
+/* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order. */
+template <int E>
+__global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, int pos0, int t0, int Hq,
+                                                      int Dh, float *out /* [T][Hq][Dh] */,
+                                                      const float *part /* scratch, att_o_at / att_ml_at */) {
+    const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, lane = threadIdx.x;
+    const int nch = att_chunks(pos0 + t + 1);
+    if (nch == 1) return; /* attention_chunk wrote it */
+    float M = -INFINITY;
+    for (int c = 0; c < nch; c++) M = fmaxf(M, part[att_ml_at(tl, h, c, Hq, Dh)]);
+    float L = 0.0f, acc[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) acc[e] = 0.0f;
+    for (int c = 0; c < nch; c++) {
+        const float *ml = part + att_ml_at(tl, h, c, Hq, Dh), *po = part + att_o_at(tl, h, c, Hq, Dh);
+        const float f = expf(ml[0] - M);
+        L += ml[1] * f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
             const int d = lane + 32 * e;
-            float acc = 0.0f;
-#pragma unroll
-            for (int w = 0; w < 4; w++) acc += part_o[w][d] * f[w];
-            if (d < Dh) dst[d] = acc / L;
+            if (d < Dh) acc[e] += po[d] * f;
         }
+    }
+    const float *gate = qg + ((size_t)t * Hq + h) * 2 * Dh + Dh;
+    float *dst = out + ((size_t)t * Hq + h) * Dh;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int d = lane + 32 * e;
+        if (d < Dh) dst[d] = acc[e] / L * sigmoid_f(gate[d]);
+    }
+}
+
+/* The chunk scratch, for ATT_SLICE tokens of the largest Hq·Dh seen. It is made at the first attention call,
+ * which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a later model
+ * with larger heads replaces it (cudaFree waits for the kernels that use the old one). */
+static float *att_part = NULL;
+static size_t att_part_floats = 0;
+
+static float *attention_scratch(int Hq, int Dh) {
+    const size_t need = (size_t)ATT_SLICE * Hq * ATT_MAX_CHUNKS * (Dh + 2);
+    if (need > att_part_floats) {
+        if (att_part) QRT_CUDA_CHECK(cudaFree(att_part));
+        QRT_CUDA_CHECK(cudaMalloc(&att_part, need * sizeof(float)));
+        att_part_floats = need;
+    }
+    return att_part;
+}
+
+template <int E, int F>
+static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    float *part = attention_scratch(Hq, Dh);
+    if (att_chunks_max(pos0, 0, T) == 1) { /* every token's keys are one chunk: one launch, no merge */
+        attention_chunk<E, F><<<dim3(Hq, T, 1), 128>>>(qg, *kv, pos0, 0, Hq, Hkv, Dh, out, part);
+        QRT_CUDA_LAUNCHED();
+        return;
+    }
+    for (int t0 = 0; t0 < T; t0 += ATT_SLICE) {
+        const int Ts = QRT_MIN(ATT_SLICE, T - t0);
+        const dim3 grid(Hq, Ts, att_chunks_max(pos0, t0, Ts));
+        attention_chunk<E, F><<<grid, 128>>>(qg, *kv, pos0, t0, Hq, Hkv, Dh, out, part);
+        QRT_CUDA_LAUNCHED();
+        attention_merge<E><<<dim3(Hq, Ts), 32>>>(qg, pos0, t0, Hq, Dh, out, part);
+        QRT_CUDA_LAUNCHED();
     }
 }
 
 template <int F>
-static void launch_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
-    dim3 grid(Hq, T);
+static void launch_attention_fmt(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh,
+                                 float *out) {
     const int E = (Dh + 31) / 32;
-    if (E <= 1) attention_split4<1, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
-    else if (E <= 2) attention_split4<2, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
-    else if (E <= 4) attention_split4<4, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
-    else attention_split4<8, F><<<grid, 128>>>(q, *kv, pos0, Hq, Hkv, Dh, out);
+    if (E <= 1) launch_attention<1, F>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else if (E <= 2) launch_attention<2, F>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else if (E <= 4) launch_attention<4, F>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else launch_attention<8, F>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
 }
 
-void qrt_cuda_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
-    QRT_ASSERT(Hkv > 0 && Hq % Hkv == 0 && Dh > 0 && Dh <= 256 && T > 0);
-    if (kv->fmt == QRT_KV_F32) launch_attention<QRT_KV_F32>(q, kv, T, pos0, Hq, Hkv, Dh, out);
-    else if (kv->fmt == QRT_KV_BF16) launch_attention<QRT_KV_BF16>(q, kv, T, pos0, Hq, Hkv, Dh, out);
-    else launch_attention<QRT_KV_FP8>(q, kv, T, pos0, Hq, Hkv, Dh, out);
-    QRT_CUDA_LAUNCHED();
+void qrt_cuda_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    QRT_ASSERT(Hkv > 0 && Hq % Hkv == 0 && Dh > 0 && Dh <= ATT_MAX_DH && T > 0);
+    if (kv->fmt == QRT_KV_F32) launch_attention_fmt<QRT_KV_F32>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else if (kv->fmt == QRT_KV_BF16) launch_attention_fmt<QRT_KV_BF16>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else launch_attention_fmt<QRT_KV_FP8>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
 }

@@ -1,11 +1,11 @@
 /* The CUDA backend's op table: memory (cudaMalloc, legacy default stream), weight upload, and the ops
  * whose kernels live in the op-family files beside this one:
  *   matmul.cu       dense GEMV / tiled matmul, NVFP4 W4A16 variants + autotune
- *   norms.cu        rmsnorm, gated rmsnorm
+ *   norms.cu        rmsnorm, add + rmsnorm
  *   conv1d.cu       causal depthwise conv + SiLU
- *   gdn.cu          Gated DeltaNet recurrence (the chunked form runs the recurrence too)
- *   attention.cu    rope, KV cache store (f32 / bf16 / fp8), causal GQA attention
- *   elementwise.cu  embed, split_rows, swiglu, sigmoid_mul, add, test/bench fills and the read probe
+ *   gdn.cu          Gated DeltaNet recurrence + its gated output norm (the chunked form runs the recurrence too)
+ *   attention.cu    q/k norm + RoPE + KV cache store (f32 / bf16 / fp8) in one op, gated causal GQA attention
+ *   elementwise.cu  embed, swiglu, argmax, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook
  * (the mmap'd host data is left as it is). */
 #include <string.h>
@@ -182,16 +182,13 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->prepare_group = qrt_cuda_prepare_group;
         b->matmul_group = qrt_cuda_matmul_group;
         b->rmsnorm = qrt_cuda_rmsnorm;
-        b->rmsnorm_gated = qrt_cuda_rmsnorm_gated;
+        b->add_rmsnorm = qrt_cuda_add_rmsnorm;
         b->conv1d_silu = qrt_cuda_conv1d_silu;
         b->gdn = qrt_cuda_gdn;
-        b->rope = qrt_cuda_rope;
-        b->kv_store = qrt_cuda_kv_store;
+        b->attn_prep = qrt_cuda_attn_prep;
         b->attention = qrt_cuda_attention;
-        b->split_rows = qrt_cuda_split_rows;
         b->swiglu = qrt_cuda_swiglu;
-        b->sigmoid_mul = qrt_cuda_sigmoid_mul;
-        b->add = qrt_cuda_add;
+        b->argmax = qrt_cuda_argmax;
         b->name = "cuda";
     }
     return &cuda_backend;

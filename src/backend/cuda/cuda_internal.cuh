@@ -56,17 +56,21 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the total.
- * scratch holds 32 floats. The order is fixed by the block size. */
-__device__ __forceinline__ float block_sum(float v, float *scratch) {
+/* Sum (MAX false) or max (MAX true) over a block of blockDim.x threads (a multiple of 32, at most 1024); every
+ * thread gets the result. scratch holds 32 floats. The sum's order is fixed by the block size; a max is exact in
+ * any order. */
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float *scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     __syncthreads(); /* scratch may still be read by an earlier call */
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    float t = lane < nwarps ? scratch[lane] : 0.0f;
-    return warp_sum(t);
+    const float t = lane < nwarps ? scratch[lane] : MAX ? -INFINITY : 0.0f;
+    return MAX ? warp_max(t) : warp_sum(t);
 }
+__device__ __forceinline__ float block_sum(float v, float *scratch) { return block_reduce<false>(v, scratch); }
+__device__ __forceinline__ float block_max(float v, float *scratch) { return block_reduce<true>(v, scratch); }
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -77,15 +81,14 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y);
-void qrt_cuda_rmsnorm_gated(const float *x, const float *z, const float *w, int rows, int n, float eps, float *y);
+void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x);
 void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y);
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o);
-void qrt_cuda_rope(float *x, int T, int H, int Dh, int R, double theta, int pos0);
-void qrt_cuda_attention(const float *q, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
-void qrt_cuda_kv_store(const qrt_kv *kv, const float *k, const float *v, int T, int pos0, int Hkv, int Dh);
+                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
+                  float eps, float *o);
+void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
+                        const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta);
+void qrt_cuda_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
-void qrt_cuda_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb);
-void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y);
-void qrt_cuda_add(float *y, const float *x, size_t n);
+void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out);
 #endif

@@ -2,11 +2,14 @@
  * Variants:
  *   0  embed_rows<fmt>     one block per token, threads over D (table rows padded as in matmul.cu)
  *   1  swiglu_kernel       y = silu(g)·u, grid-stride
- *   2  sigmoid_mul_kernel  y = x·sigmoid(g), grid-stride
- *   3  add_kernel          y += x, grid-stride
- *   4  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
- *   5  read_probe          16-byte loads over a buffer, the measured read bandwidth
- *   6  split_rows_kernel   rows of (a + b) → rows of a and rows of b, grid-stride over elements */
+ *   2  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
+ *   3  read_probe          16-byte loads over a buffer, the measured read bandwidth
+ *   4  argmax_partial / argmax_final   32 blocks of 256 threads per row each reduce a strided share of it to
+ *                          (largest value, its first index), NaN skipped; one warp per row folds the 32 (the order
+ *                          does not matter: the choice is a total order) and applies qrt_argmax's rule for a row
+ *                          starting with NaN. Two launches, so a 248K-float vocabulary row streams from 32 SMs. */
+#include <limits.h>
+
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -48,45 +51,70 @@ __global__ void swiglu_kernel(const float *g, const float *u, size_t n, float *y
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = silu_f(g[i]) * u[i];
 }
-__global__ void sigmoid_mul_kernel(const float *x, const float *g, size_t n, float *y) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = x[i] * sigmoid_f(g[i]);
-}
-__global__ void add_kernel(float *y, const float *x, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] += x[i];
-}
-
-__global__ void split_rows_kernel(const float *x, size_t rows, int a, int b, float *ya, float *yb) {
-    const size_t n = rows * (size_t)(a + b);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / (size_t)(a + b), c = i % (size_t)(a + b);
-        if (c < (size_t)a) ya[r * a + c] = x[i];
-        else yb[r * b + (c - a)] = x[i];
-    }
-}
-
-void qrt_cuda_split_rows(const float *x, int rows, int a, int b, float *ya, float *yb) {
-    const size_t n = (size_t)rows * (size_t)(a + b);
-    if (!n) return;
-    split_rows_kernel<<<ew_grid(n), 256>>>(x, (size_t)rows, a, b, ya, yb);
-    QRT_CUDA_LAUNCHED();
-}
-
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
     if (!n) return;
     swiglu_kernel<<<ew_grid(n), 256>>>(g, u, n, y);
     QRT_CUDA_LAUNCHED();
 }
-void qrt_cuda_sigmoid_mul(const float *x, const float *g, size_t n, float *y) {
-    if (!n) return;
-    sigmoid_mul_kernel<<<ew_grid(n), 256>>>(x, g, n, y);
-    QRT_CUDA_LAUNCHED();
+
+#define ARGMAX_BLOCKS 32 /* = 32 lanes of argmax_final */
+#define ARGMAX_MAX_ROWS 64 /* rows per launch pair: the partials live in static device memory */
+
+__device__ float argmax_part_v[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS];
+__device__ int argmax_part_i[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS];
+
+/* (v, i) beats (bv, bi): larger, or as large at a smaller index. A NaN v never beats anything. */
+__device__ __forceinline__ void argmax_take(float v, int i, float &bv, int &bi) {
+    if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
 }
-void qrt_cuda_add(float *y, const float *x, size_t n) {
-    if (!n) return;
-    add_kernel<<<ew_grid(n), 256>>>(y, x, n);
-    QRT_CUDA_LAUNCHED();
+__device__ __forceinline__ void argmax_warp(float &bv, int &bi) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, off);
+        argmax_take(v, i, bv, bi);
+    }
+}
+
+__global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n] */, int n) {
+    __shared__ float wv[8];
+    __shared__ int wi[8];
+    const float *row = x + (size_t)blockIdx.y * n;
+    float bv = -INFINITY;
+    int bi = INT_MAX; /* "nothing yet": a real -inf at any index beats it */
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) argmax_take(row[i], i, bv, bi);
+    argmax_warp(bv, bi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+    __syncthreads();
+    if (warp) return;
+    bv = lane < 8 ? wv[lane] : -INFINITY;
+    bi = lane < 8 ? wi[lane] : INT_MAX;
+    argmax_warp(bv, bi);
+    if (lane == 0) {
+        argmax_part_v[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = bv;
+        argmax_part_i[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = bi;
+    }
+}
+
+__global__ void __launch_bounds__(32) argmax_final(const float *x /* [rows][n] */, int n, int32_t *out /* [rows] */) {
+    const int r = blockIdx.x, lane = threadIdx.x;
+    float bv = argmax_part_v[r * ARGMAX_BLOCKS + lane];
+    int bi = argmax_part_i[r * ARGMAX_BLOCKS + lane];
+    argmax_warp(bv, bi);
+    /* a row of all NaN found nothing; one starting with NaN is 0 in qrt_argmax's scan either way */
+    if (lane == 0) out[r] = isnan(x[(size_t)r * n]) || bi == INT_MAX ? 0 : bi;
+}
+
+void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out) {
+    QRT_ASSERT(n > 0);
+    for (int r0 = 0; r0 < rows; r0 += ARGMAX_MAX_ROWS) {
+        const int nr = QRT_MIN(ARGMAX_MAX_ROWS, rows - r0);
+        argmax_partial<<<dim3(ARGMAX_BLOCKS, nr), 256>>>(x + (size_t)r0 * n, n);
+        QRT_CUDA_LAUNCHED();
+        argmax_final<<<nr, 32>>>(x + (size_t)r0 * n, n, out + r0);
+        QRT_CUDA_LAUNCHED();
+    }
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {

@@ -1,79 +1,134 @@
-/* Gated DeltaNet core: T tokens through the delta-rule recurrence, state S [Hv][Dk][Dv] in device memory.
+/* Gated DeltaNet core: T tokens through the delta-rule recurrence, state S [Hv][Dk][Dv] in device memory, and the
+ * output's gated RMSNorm, in one kernel.
  * Variants:
- *   0  gdn_recurrent<DKMAX>  one warp per (v-head, 32 state columns); each lane keeps one column of S
- *                            (Dk values) in registers for the whole call and walks the tokens in order
- * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the
- * same function (the CPU backend's chunked and recurrent forms agree to f32 rounding; tests check both
- * against it). Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
- * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq. */
+ *   0  gdn_head<DKMAX>  one block of 512 threads per v-head j: thread (p, c) = (tid / 128, tid % 128) keeps rows
+ *                       p·R .. p·R + R-1 (R = DKMAX / 4) of state column c in registers for the whole call and walks
+ *                       the tokens in order. Each token's two column sums over Dk (Sᵀk and Sᵀq) are 4 partial sums
+ *                       (one per p) added in the order p = 0, 1, 2, 3 through shared memory; warps 0 and 1 compute
+ *                       the l2 norms of q and k exactly as the old one-warp kernel did. Owning the whole head, the
+ *                       block then norms its Dv outputs: the sum of squares is the old rmsnorm_gated_rows' at 128
+ *                       threads (one element per thread of warps 0..3, warp sums combined as block_sum does), so
+ *                       the output is that kernel's function of the recurrence output. Dv ≤ 128.
+ * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
+ * which is what makes rollback (re-running the kept tokens) bit-exact.
+ * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the same
+ * function (the CPU backend's chunked and recurrent forms agree to f32 rounding; tests check both against it).
+ * Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
+ * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq;
+ * out = w · (o · rsqrt(mean(o²) + eps)) · silu(z). */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
 #include "util/common.h"
 }
 
+#define GDN_THREADS 512
+#define GDN_COLS 128 /* columns per block: Dv ≤ 128 */
+#define GDN_PARTS (GDN_THREADS / GDN_COLS)
+
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* dst[i] = x[i] / ‖x‖ · scale for i < Dk, by one warp (the old kernel's arithmetic: lane-strided fmaf, warp_sum). */
+__device__ static void l2norm_warp(const float *x /* [Dk] */, int Dk, float scale, float *dst /* [Dk] shared */) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.0f;
+    for (int i = lane; i < Dk; i += 32) ss = fmaf(x[i], x[i], ss);
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss + 1e-6f) * scale;
+    for (int i = lane; i < Dk; i += 32) dst[i] = x[i] * inv;
+}
+
+/* Column c's sum of the 4 partials, in the order p = 0..3. */
+__device__ __forceinline__ float sum_parts(const float (*part)[GDN_COLS], int c) {
+    return ((part[0][c] + part[1][c]) + part[2][c]) + part[3][c];
+}
+
 template <int DKMAX>
-__global__ void __launch_bounds__(32) gdn_recurrent(const float *qkv /* [T][2·Hk·Dk + Hv·Dv] */,
-                                                    const float *a /* [T][Hv] */, const float *b /* [T][Hv] */,
-                                                    const float *A_log /* [Hv] */, const float *dt_bias /* [Hv] */,
-                                                    float *S /* [Hv][Dk][Dv] */, int T, int Hk, int Hv, int Dk, int Dv,
-                                                    float *o /* [T][Hv][Dv] */) {
+__global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][2·Hk·Dk + Hv·Dv] */,
+                                                        const float *a /* [T][Hv] */, const float *b /* [T][Hv] */,
+                                                        const float *A_log /* [Hv] */, const float *dt_bias /* [Hv] */,
+                                                        float *S /* [Hv][Dk][Dv] */, const float *z /* [T][Hv][Dv] */,
+                                                        const float *norm_w /* [Dv] */, float eps, int T, int Hk,
+                                                        int Hv, int Dk, int Dv, float *o /* [T][Hv][Dv] */) {
+    constexpr int R = DKMAX / GDN_PARTS;
     __shared__ float qs[DKMAX], ks[DKMAX];
-    const int j = blockIdx.x, lane = threadIdx.x, c = blockIdx.y * 32 + lane;
+    __shared__ float part_m[GDN_PARTS][GDN_COLS], part_o[GDN_PARTS][GDN_COLS];
+    __shared__ float warp_ss[GDN_COLS / 32];
+    const int j = blockIdx.x, c = threadIdx.x % GDN_COLS, p = threadIdx.x / GDN_COLS, warp = threadIdx.x >> 5;
     const int kh = j / (Hv / Hk); /* v-head j reads k-head j // (Hv/Hk) */
     const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
     const bool col = c < Dv;
     float *Sj = S + (size_t)j * Dk * Dv;
-    float s[DKMAX]; /* column c of S_j */
+    float s[R]; /* rows p·R + r of column c of S_j */
 #pragma unroll
-    for (int i = 0; i < DKMAX; i++) s[i] = (col && i < Dk) ? Sj[(size_t)i * Dv + c] : 0.0f;
+    for (int r = 0; r < R; r++) {
+        const int i = p * R + r;
+        s[r] = (col && i < Dk) ? Sj[(size_t)i * Dv + c] : 0.0f;
+    }
     const float A = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
     for (int t = 0; t < T; t++) {
         const float *q = qkv + (size_t)t * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
-        float qq = 0.0f, kk = 0.0f;
-        for (int i = lane; i < Dk; i += 32) qq = fmaf(q[i], q[i], qq), kk = fmaf(k[i], k[i], kk);
-        qq = warp_sum(qq);
-        kk = warp_sum(kk);
-        const float qinv = 1.0f / sqrtf(qq + 1e-6f) * qscale, kinv = 1.0f / sqrtf(kk + 1e-6f);
-        __syncwarp(); /* the previous token's reads of qs/ks are done */
-        for (int i = lane; i < Dk; i += 32) qs[i] = q[i] * qinv, ks[i] = k[i] * kinv;
-        __syncwarp();
+        if (warp == 0) l2norm_warp(q, Dk, qscale, qs);
+        else if (warp == 1) l2norm_warp(k, Dk, 1.0f, ks);
         const float g = A * softplus_f(a[(size_t)t * Hv + j] + dtb);
         const float beta = sigmoid_f(b[(size_t)t * Hv + j]);
         const float decay = expf(g);
         const float v = col ? qkv[(size_t)t * row + 2 * (size_t)Hk * Dk + (size_t)j * Dv + c] : 0.0f;
+        __syncthreads(); /* qs, ks written */
         float m = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DKMAX; i++)
+        for (int r = 0; r < R; r++) {
+            const int i = p * R + r;
             if (i < Dk) {
-                s[i] *= decay;
-                m = fmaf(s[i], ks[i], m);
+                s[r] *= decay;
+                m = fmaf(s[r], ks[i], m);
             }
-        const float delta = beta * (v - m);
+        }
+        part_m[p][c] = m;
+        __syncthreads();
+        const float delta = beta * (v - sum_parts(part_m, c));
         float out = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DKMAX; i++)
+        for (int r = 0; r < R; r++) {
+            const int i = p * R + r;
             if (i < Dk) {
-                s[i] = fmaf(ks[i], delta, s[i]);
-                out = fmaf(s[i], qs[i], out);
+                s[r] = fmaf(ks[i], delta, s[r]);
+                out = fmaf(s[r], qs[i], out);
             }
-        if (col) o[((size_t)t * Hv + j) * Dv + c] = out;
+        }
+        part_o[p][c] = out;
+        __syncthreads(); /* also: every read of qs, ks and part_m for this token is done */
+        /* gated RMSNorm over the head's Dv outputs, by warps 0..3 (p = 0), one column each */
+        const float y = sum_parts(part_o, c), yy = col ? y * y : 0.0f;
+        if (p == 0) {
+            const float w_ss = warp_sum(yy);
+            if ((threadIdx.x & 31) == 0) warp_ss[warp] = w_ss;
+        }
+        __syncthreads();
+        if (p == 0 && col) {
+            const float ss = (warp_ss[0] + warp_ss[2]) + (warp_ss[1] + warp_ss[3]); /* block_sum's order at 4 warps */
+            const float inv = 1.0f / sqrtf(ss / (float)Dv + eps);
+            const size_t at = ((size_t)t * Hv + j) * Dv + c;
+            o[at] = norm_w[c] * (y * inv) * silu_f(z[at]);
+        }
     }
 #pragma unroll
-    for (int i = 0; i < DKMAX; i++)
-        if (col && i < Dk) Sj[(size_t)i * Dv + c] = s[i];
+    for (int r = 0; r < R; r++) {
+        const int i = p * R + r;
+        if (col && i < Dk) Sj[(size_t)i * Dv + c] = s[r];
+    }
 }
 
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, float *o) {
+                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
+                  float eps, float *o) {
     (void)chunked; /* the recurrence serves both forms for now (see the top of this file) */
-    QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0);
-    dim3 grid(Hv, qrt_grid((size_t)Dv, 32));
-    if (Dk <= 32) gdn_recurrent<32><<<grid, 32>>>(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, o);
-    else if (Dk <= 64) gdn_recurrent<64><<<grid, 32>>>(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, o);
-    else if (Dk <= 128) gdn_recurrent<128><<<grid, 32>>>(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, o);
-    else gdn_recurrent<256><<<grid, 32>>>(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, o);
+    QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0 && Dv <= GDN_COLS);
+    if (Dk <= 32) gdn_head<32><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+    else if (Dk <= 64)
+        gdn_head<64><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+    else if (Dk <= 128)
+        gdn_head<128><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+    else gdn_head<256><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
     QRT_CUDA_LAUNCHED();
 }
