@@ -9,8 +9,8 @@
  *   per call inside the timed call; see "the mma family" below)
  *   nvfp4 0  mma_w1         one warp per 16-row tile, 4 tiles per block, each slice loaded into registers
  *   nvfp4 1  mma_k4         a block of 4 warps per tile, splitting its slices (long K: down_proj)
- *   nvfp4 2  mma_k4_sx      as 1, on one token preparing x in the block (as mma_w1 does) instead of fp4_prep_x
- *   nvfp4 3  mma_k5         as 1 with 5 warps (3 blocks of 5 warps still fit an SM at ≤ 136 registers)
+ *   nvfp4 2  mma_k4_sx      as 1, on one token preparing x in the block (as mma_w1 does) instead of fp4_prep_x:
+ *                           wins on short K with few tiles (GDN out, attention o, MTP fc)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -632,7 +632,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
  * w, w + WK, ... (registers, as mma_w1), writes each slice's p to shared memory, and warp 0 sums them in slice order
  * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
 template <int NT, int WK, bool SX>
-__global__ void __launch_bounds__(WK * 32, 3) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+__global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
     extern __shared__ float fp4_part[]; /* [S][NT][4][32] p, then SX: [S][32][4] uint4 and [S] f32 */
@@ -734,8 +734,8 @@ static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_x
     fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_k5"};
-#define FP4_VARIANTS 4
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx"};
+#define FP4_VARIANTS 3
 
 /* Variant v (< FP4_VARIANTS) over the segments. mma_w1 and mma_k4_sx on one token: one launch that prepares its own
  * x (SX; the x-preparation launch costs 4-8 µs per call); otherwise x prepared by fp4_prep_x, then the launch
@@ -753,7 +753,6 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
         const fp4_xsrc xs = {xf_buf, xscale};
         const bool two = T > 8; /* token tiles per pass */
         if (v == 0) two ? launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
-        else if (v == 3) two ? launch_k<2, 5, false>(blocks, seg, xs, x, K, S, T) : launch_k<1, 5, false>(blocks, seg, xs, x, K, S, T);
         else two ? launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
