@@ -390,7 +390,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
         {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
         {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->ak, T * kvrow},   {&sc->av, T * kvrow},
         {&sc->attn, T * qdim},   {&sc->mg, T * F},         {&sc->mu, T * F},       {&sc->hfinal, T * D},
-        {&sc->logits, (size_t)c->vocab}, {(float **)&sc->picks, T},
+        {&sc->logits, QRT_MAX_VERIFY * (size_t)c->vocab}, {(float **)&sc->picks, T},
         {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
         {&sc->mtp_out, m->mtp.present ? T * D : 0},
     };
@@ -536,12 +536,15 @@ static void decoder_stack(qrt_session *s, const qrt_layer *layers, const qrt_lay
     }
 }
 
-/* lm_head · h (backend [D]) → logits (host [V]); or, with pick (backend) non-NULL, only its argmax → *pick. */
-static void lm_head(qrt_session *s, const float *h, float *logits, int32_t *pick) {
+/* lm_head over r ≤ QRT_MAX_VERIFY consecutive rows h (backend [r][D]) → their logits (host [r][V]); or, with pick
+ * (backend [r]) non-NULL, only their argmax. One matmul for the r rows: the weights (715 MB at the 27B shape) are read
+ * once instead of r times, and each row's logits are the bits a one-row call gives (matmul is batch-invariant). */
+static void lm_head(qrt_session *s, const float *h, int r, float *logits, int32_t *pick) {
     const qrt_model *m = s->m;
-    m->be->matmul(&m->lm_head, h, 1, s->sc.logits);
-    if (pick) m->be->argmax(s->sc.logits, 1, m->cfg.vocab, pick);
-    else m->be->download(logits, s->sc.logits, sizeof(float) * m->cfg.vocab);
+    QRT_ASSERT(r >= 1 && r <= QRT_MAX_VERIFY);
+    m->be->matmul(&m->lm_head, h, r, s->sc.logits);
+    if (pick) m->be->argmax(s->sc.logits, r, m->cfg.vocab, pick);
+    else m->be->download(logits, s->sc.logits, sizeof(float) * (size_t)r * m->cfg.vocab);
 }
 
 /* Where a forward's requested rows go: their logits (host [n_rows][V]), or only their greedy picks (sc->picks,
@@ -561,9 +564,12 @@ static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32
     const size_t D = (size_t)c->hidden;
     m->be->embed(&m->embed, ids, T, sc->h);
     decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, T, m->final_norm, sc->hfinal);
-    for (int k = 0; k < n_rows; k++)
-        lm_head(s, sc->hfinal + (size_t)rows[k] * D, out->logits ? out->logits + (size_t)idx[k] * c->vocab : NULL,
+    /* runs of consecutive rows (a verify's K + 1) share one lm_head matmul; their idx are consecutive too */
+    for (int k = 0, r; k < n_rows; k += r) {
+        for (r = 1; k + r < n_rows && r < QRT_MAX_VERIFY && rows[k + r] == rows[k] + r;) r++;
+        lm_head(s, sc->hfinal + (size_t)rows[k] * D, r, out->logits ? out->logits + (size_t)idx[k] * c->vocab : NULL,
                 out->picks ? sc->picks + idx[k] : NULL);
+    }
     s->pos += T;
 }
 
@@ -675,9 +681,9 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
     const qrt_layer_kind full = QRT_LAYER_FULL;
     decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, pos0, T, mtp->norm_out, sc->mtp_out);
     const float *last = sc->mtp_out + (size_t)(T - 1) * D;
-    if (logits) lm_head(s, last, logits, NULL);
+    if (logits) lm_head(s, last, 1, logits, NULL);
     if (pick) {
-        lm_head(s, last, NULL, sc->picks);
+        lm_head(s, last, 1, NULL, sc->picks);
         be->download(pick, sc->picks, sizeof *pick);
     }
 }

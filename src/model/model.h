@@ -77,7 +77,7 @@ typedef struct {
     float *attn;     /* [T][Hq·Dh] */
     float *mg, *mu;  /* [T][F] gate, up */
     float *hfinal;   /* [T][D] final-normed hidden of every token (what lm_head and the MTP read) */
-    float *logits;   /* [V] logits of one row, before download */
+    float *logits;   /* [QRT_MAX_VERIFY][V] logits of up to a verify's rows, before download */
     int32_t *picks;  /* [QRT_MAX_T] greedy choices of the requested rows, before download */
     float *mtp_u;    /* [T][2D] MTP input: [norm(embedding) | norm(hidden)] */
     float *mtp_e;    /* [T][D] MTP token embeddings */
