@@ -23,12 +23,6 @@ const char *qrt_nvfp4_variant_name(int v);
 /* The reduction order variant v follows (-1 for no variant): variants of one order give bit-identical rows for any T,
  * and the autotuner picks only among order 0 (today every variant is order 0). */
 int qrt_nvfp4_variant_order(int v);
-/* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul.cu). */
-size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k);
-/* w->data / w->scales: device copies of the rows as stored ([N][K/2] codes, [N][K/16] e4m3 scales). Rearranges
- * them into the matmul's layout: w->data becomes the new buffer, w->scales NULL, and both inputs are freed.
- * QRT_ERR_MEMORY (w unchanged) when the device cannot hold the new buffer. */
-qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w);
 /* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
 void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
 /* The variant the table picks for (N, K, T): QRT_NVFP4_VARIANT if set, else the cached or freshly

@@ -75,6 +75,12 @@ __device__ __forceinline__ float block_max(float v, float *scratch) { return blo
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul.cu). */
+extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k);
+/* w->data / w->scales: device copies of the rows as stored ([N][K/2] codes, [N][K/16] e4m3 scales). Rearranges
+ * them into the matmul's layout: w->data becomes the new buffer, w->scales NULL, and both inputs are freed.
+ * QRT_ERR_MEMORY (w unchanged) when the device cannot hold the new buffer. */
+extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w);
 /* Launchers, one per op, defined in the op family's .cu file. Pointers are device memory. */
 void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
