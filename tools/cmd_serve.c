@@ -1,5 +1,4 @@
 /* qwenrt serve (the OpenAI-compatible HTTP server) and qwenrt chat (an interactive terminal chat). */
-#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -50,18 +49,6 @@ typedef struct {
     qrt_sampling sampling;
 } serve_args;
 
-static int number(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "qwenrt %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, v);
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
 static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
     a->host = "127.0.0.1", a->port = 8080, a->queue = 16, a->max_body = 8u << 20, a->ctx = 8192;
@@ -102,7 +89,7 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
             for (int j = 0; j < (int)(sizeof nums / sizeof nums[0]); j++)
                 if (!strcmp(f, nums[j].flag) && !(chat && nums[j].server_only) && !(!chat && nums[j].chat_only)) k = j;
             if (k < 0) return fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd), 0;
-            if (!number(cmd, f, v, nums[k].lo, nums[k].hi, &x)) return 0;
+            if (!qrt_tool_number(cmd, f, v, nums[k].lo, nums[k].hi, &x)) return 0;
             switch (k) {
             case 0: a->port = (int)x; break;
             case 1: a->queue = (int)x; break;

@@ -102,18 +102,6 @@ static int parse_ids(const char *cmd, const char *flag, const char *s, int32_t *
     return n;
 }
 
-static int parse_int(const char *cmd, const char *flag, const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "qwenrt %s: %s expects an integer in [%d, %d], got '%s'\n", cmd, flag, lo, hi, s);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
 typedef struct {
     const char *model, *mtp;
     const char *ids, *pos, *prompt;
@@ -124,14 +112,9 @@ typedef struct {
 } args;
 
 static int parse_float(const char *cmd, const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "qwenrt %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, s);
-        return 0;
-    }
-    *out = v;
+    double v;
+    if (!qrt_tool_number(cmd, flag, s, lo, hi, &v)) return 0;
+    *out = (float)v;
     return 1;
 }
 
@@ -157,9 +140,9 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
         else if (!strcmp(f, "--ids")) a->ids = v;
         else if (!strcmp(f, "--pos")) a->pos = v;
         else if (!strcmp(f, "-n")) {
-            if (!parse_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
         } else if (!strcmp(f, "--threads")) {
-            if (!parse_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
         } else if (!strcmp(f, "--device")) {
             if (!strcmp(v, "auto")) a->device = QRT_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) a->device = QRT_DEVICE_CPU;
@@ -169,7 +152,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
                 return 0;
             }
         } else if (!strcmp(f, "--ctx")) {
-            if (!parse_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
         } else if (!strcmp(f, "--mtp")) a->mtp = v;
         else if (!strcmp(f, "--kv")) {
             if (!strcmp(v, "f32")) a->kv_format = QRT_KV_F32;
@@ -181,16 +164,16 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             }
         }
         else if (!strcmp(f, "--spec-k")) {
-            if (!parse_int(cmd, f, v, 0, QRT_SPEC_MAX_K, &a->spec_k)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 0, QRT_SPEC_MAX_K, &a->spec_k)) return 0;
         } else if (!strcmp(f, "--temperature")) {
             if (!parse_float(cmd, f, v, 0, 100, &a->sampling.temperature)) return 0;
         } else if (!strcmp(f, "--top-p")) {
             if (!parse_float(cmd, f, v, 0, 1, &a->sampling.top_p)) return 0;
         } else if (!strcmp(f, "--top-k")) {
-            if (!parse_int(cmd, f, v, 0, 1 << 22, &a->sampling.top_k)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 0, 1 << 22, &a->sampling.top_k)) return 0;
         } else if (!strcmp(f, "--seed")) {
             int seed;
-            if (!parse_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
+            if (!qrt_tool_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
             a->sampling.seed = (uint64_t)seed;
         } else {
             fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
