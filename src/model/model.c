@@ -141,10 +141,18 @@ size_t qrt_model_vector_floats(const qrt_model *m) {
 
 static float *rebase(float *p, const float *host, float *dev) { return p ? dev + (p - host) : NULL; }
 
+/* Every linear a layer can hold (a kind binds only its own: the others stay without data). */
+#define LAYER_LINEARS 12
+static void layer_linears(qrt_layer *l, qrt_linear *lin[LAYER_LINEARS]) {
+    qrt_linear *all[LAYER_LINEARS] = {&l->gate, &l->up,   &l->down, &l->in_qkv, &l->in_z, &l->in_a,
+                                      &l->in_b, &l->out,  &l->q,    &l->k,      &l->v,    &l->o};
+    memcpy(lin, all, sizeof all);
+}
+
 static qrt_status prepare_layer(qrt_model *m, qrt_layer *l) {
-    qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
-                         &l->q, &l->k, &l->v, &l->o};
-    for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
+    qrt_linear *lin[LAYER_LINEARS];
+    layer_linears(l, lin);
+    for (int j = 0; j < LAYER_LINEARS; j++)
         if (lin[j]->data) QRT_TRY(m->be->prepare_linear(lin[j]));
     return qrt_layer_prepare_groups(m->be, l);
 }
@@ -698,10 +706,10 @@ qrt_status qrt_decode(qrt_session *s, int32_t id, float *logits) { return qrt_fo
  * What one decoded token costs in memory traffic (MODEL.md §6). */
 
 static uint64_t layer_weight_bytes(const qrt_layer *l) {
-    const qrt_linear *lin[] = {&l->gate, &l->up, &l->down, &l->in_qkv, &l->in_z, &l->in_a, &l->in_b, &l->out,
-                               &l->q, &l->k, &l->v, &l->o};
+    qrt_linear *lin[LAYER_LINEARS];
+    layer_linears((qrt_layer *)l, lin); /* only read here */
     uint64_t b = 0;
-    for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++)
+    for (int j = 0; j < LAYER_LINEARS; j++)
         if (lin[j]->data) b += qrt_linear_bytes(lin[j]);
     return b;
 }
