@@ -5,8 +5,8 @@
  * error ‖gpu − ref‖ / ‖ref‖ above the tolerance named at the call (f32 vs f32 in another summation order:
  * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
  * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
- * every NVFP4 variant of one family (reduction order): the mma family, which the autotuner picks from, and the
- * scalar family, which runs only when forced.
+ * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
+ * them).
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -221,7 +221,7 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
         }
     }
     /* per reduction order: the first variant of the order at T = 1, token 0; every other result's row 0 of
-     * that order must equal it (the mma family and the scalar family each keep one order) */
+     * that order must equal it (today every variant keeps order 0, so all of them must give the same bits) */
     float *base[2] = {NULL, NULL};
     for (int v = 0; v < qrt_nvfp4_variant_count(); v++) {
         const int order = qrt_nvfp4_variant_order(v);

@@ -11,7 +11,7 @@
  * CPU), and the launches rotate over the copies, so no launch reads a weight the last one left in cache. Each
  * launch is timed alone (CUDA events on the GPU, the monotonic clock on the CPU) after warmups; the median is
  * reported. A cell (shape, format, M, kernel) gets reps = clamp(--cell-ms / first time, 3, --reps), which keeps
- * the slow cells (scalar kernels at prefill sizes) from dominating the run. */
+ * the slow cells (prefill sizes) from dominating the run. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -457,14 +457,9 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
 
 /* ---- the run ------------------------------------------------------------------------------------- */
 
-/* How a kernel's time grows with M, for the estimate: tensor-core and dense kernels share each weight load
- * over 8+ tokens; the NVFP4 scalar family (reduction order 1) pays one FMA per (element, token), so ~M. */
-static double growth(const tilebench *b, int v, int M) {
-#ifdef QRT_HAVE_CUDA
-    if (v >= 0 && qrt_nvfp4_variant_order(v) != 0) return M;
-#endif
-    return QRT_MAX(1.0, M / 8.0);
-}
+/* How a kernel's time grows with M, for the estimate: the tensor-core and dense kernels share each weight load
+ * over 8+ tokens. */
+static double growth(int M) { return QRT_MAX(1.0, M / 8.0); }
 
 /* A rough a-priori run time: every kernel reads its weights at half the measured bandwidth (5 µs at least
  * on the GPU: launch and tail), slower with M as growth() says; plus the host fill and upload of the copies
@@ -479,13 +474,12 @@ static double estimate_s(const tilebench *b) {
             int v[TB_MAX_KERNELS];
             const int nk = kernels_of(b, proto.fmt, v);
             s_total += QRT_MAX(bytes, 4.0 * b->cache_bytes) / 5e9;
-            for (int mi = 0; mi < b->n_m; mi++)
-                for (int k = 0; k < nk; k++) {
-                    double t = bytes / (0.5 * b->peak_gbs * 1e9) * 1e3 * growth(b, v[k], b->m[mi]);
-                    t = QRT_MAX(t, b->gpu ? 0.005 : 0.0);
-                    const double reps = QRT_MAX(3.0, QRT_MIN((double)b->reps, b->cell_ms / t));
-                    s_total += (b->warmups + reps) * t / 1e3;
-                }
+            for (int mi = 0; mi < b->n_m; mi++) { /* every kernel of the format alike */
+                double t = bytes / (0.5 * b->peak_gbs * 1e9) * 1e3 * growth(b->m[mi]);
+                t = QRT_MAX(t, b->gpu ? 0.005 : 0.0);
+                const double reps = QRT_MAX(3.0, QRT_MIN((double)b->reps, b->cell_ms / t));
+                s_total += nk * (b->warmups + reps) * t / 1e3;
+            }
         }
     }
     return s_total;

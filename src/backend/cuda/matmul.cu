@@ -25,7 +25,7 @@
  * - NVFP4: see "the mma family" below.
  * The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding, not bit for bit.
  *
- * Device layouts (prepare_linear): dense rows padded with zeros to 16 bytes. NVFP4 weights are rearranged into
+ * Device layouts (prepare_linear): dense and FP8 rows padded with zeros to 16 bytes. NVFP4 weights are rearranged into
  * slice blocks (qrt_cuda_nvfp4_to_blocks): for each 16-row tile and each 512-element slice of K, 4608 contiguous
  * bytes holding the tile's codes and e4m3 scales of that slice in the order the warp's lanes read them, so each
  * load instruction of a warp reads 512 contiguous bytes. (Read row-major, a lane's 16-byte chunks sat 64 bytes
@@ -109,7 +109,8 @@ __device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements
         const float sc = srow[c * 16 / 128];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[j / 2] >> (16 * (j & 1))), __NV_E4M3);
+            const uint32_t two = words[j / 2] >> (16 * (j & 1));
+            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
             float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
             w[2 * j] = f.x * sc;
             w[2 * j + 1] = f.y * sc;
@@ -263,8 +264,8 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 /* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
  * Why: a scalar kernel spends one f32 FMA per (element, token) on top of the E2M1 decode, so M=7 cost ~5.6x M=1
  * (and M=1 already issued ~4 instructions per element; the scalar family was removed once this one beat it). Here
- * the decoded weights are the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile against 8 tokens at
- * once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
+ * the decoded weights are the A operand of mma.sync m16n8k16 (f16 in, f32 out): one warp computes a 16-row tile
+ * against 8 tokens at once, so the FMA cost no longer grows with M (up to 8 per n8 tile, 16 per pass).
  *
  * Exactness. x is not rounded to f16: each 512-element slice of a token is scaled by a power of two (its max
  * magnitude lands in [2^14, 2^15)) and split into hi = f16(x') and lo = f16(x' − hi), ~22 significant bits;
@@ -291,8 +292,7 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 
 #define FP4_SLICE 512 /* elements of a row per slice: 16 chunks of 32, 4 per lane of a quad */
 #define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
-#define FP4_STAGE_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
-
+#define FP4_BLOCK_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
 /* One warp's share of the x preparation: token row xrow [K], slice s. Lane (i = lane / 4, c = lane % 4) makes the
  * fragment entry (q, i, c) for q = 0..3: u[q]; down = 2^e, the factor that undoes the slice's scaling. */
@@ -378,12 +378,8 @@ __device__ __forceinline__ void e2m1_to_e4m3(uint32_t w, uint32_t &lo, uint32_t 
     lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);
     hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
 }
-__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two /* low 16 bits */) {
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-/* The same for the high 16 bits: the 16-bit operand is taken from the register's upper half, which the
- * convert reads directly (no shift). */
+/* Two e4m3 values → f16x2, from the high or the low 16 bits of a register: the convert reads the half directly
+ * (no shift). */
 __device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) {
     uint32_t r;
     asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi16;\n\t}"
@@ -432,24 +428,27 @@ __device__ __forceinline__ uint2 ld_stream8(const uint2 *p) {
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
     return r;
 }
-/* The slice block of one (tile, slice) in the tiled layout (see "Device layout" above): lane l's codes of row
+/* The slice block of one (tile, slice) in the slice-block layout ("Device layouts", top of file): lane l's codes of row
  * half h, chunk step q at uint4 (h·4 + q)·32 + l, its scales of row half h at uint2 FP4_CODE_BYTES/8 + h·32 + l.
  * Every load instruction of a warp reads 512 (codes) or 256 (scales) contiguous bytes. */
 __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t *block, int lane) {
     const uint4 *cd = reinterpret_cast<const uint4 *>(block);
     const uint2 *sd = reinterpret_cast<const uint2 *>(block + FP4_CODE_BYTES);
 #pragma unroll
-    for (int q = 0; q < 4; q++) r.ca[q] = ld_stream16(cd + q * 32 + lane), r.cb[q] = ld_stream16(cd + (4 + q) * 32 + lane);
+    for (int q = 0; q < 4; q++) {
+        r.ca[q] = ld_stream16(cd + q * 32 + lane);
+        r.cb[q] = ld_stream16(cd + (4 + q) * 32 + lane);
+    }
     r.sa = ld_stream8(sd + lane), r.sb = ld_stream8(sd + 32 + lane);
 }
-
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
 /* One slice of one lane: p[nt][e] (D fragment of token tile nt) = ((d0 + d1) + (d2 + d3)) · 2^e, d_q the chunk step
  * q's mma chain. xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile, in global memory
- * (entries 32 uint4 apart) or, SX, in the block's shared copy (4 apart); xsc: 2^e of its D columns. The four chains are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT
- * chains to alternate between instead of waiting out one chain's latency. */
+ * (entries 32 uint4 apart) or, SX, in the block's shared copy (4 apart); xsc: 2^e of its D columns. The four chains
+ * are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT chains to alternate between
+ * instead of waiting out one chain's latency. */
 template <int NT, bool SX>
 __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
                                               const float (&xsc)[NT][2], float (&p)[NT][4]) {
@@ -571,7 +570,7 @@ __device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t 
                                             const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
                                             float (&p)[NT][4]) {
     fp4_slice_regs cur;
-    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_STAGE_BYTES, lane);
+    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_BLOCK_BYTES, lane);
     const uint4 *xf_s[NT];
     float xsc[NT][2];
     fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
@@ -598,7 +597,7 @@ __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, 
  * tiles (8 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need.
  * SX (T = 1): the block first makes its own shared copy of x's fragments from x (no fp4_prep_x launch). */
 template <int NT, int TPB, bool SX>
-__global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+__global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                              const fp4_segments seg, fp4_xsrc xs,
                                                              const float *x /* SX: [K] */, int64_t K, int64_t S,
                                                              int T) {
@@ -611,7 +610,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
     const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
     if (tile >= seg.tile_begin[seg.count]) return;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
-    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
@@ -632,7 +631,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
  * w, w + WK, ... (registers, as mma_w1), writes each slice's p to shared memory, and warp 0 sums them in slice order
  * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
 template <int NT, int WK, bool SX>
-__global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */,
+__global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
     extern __shared__ float fp4_part[]; /* [S][NT][4][32] p, then SX: [S][32][4] uint4 and [S] f32 */
@@ -644,7 +643,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
-    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_STAGE_BYTES;
+    const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     for (int t0 = 0; t0 < T; t0 += 8 * NT) {
         const uint4 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
@@ -752,8 +751,10 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
         const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
         const fp4_xsrc xs = {xf_buf, xscale};
         const bool two = T > 8; /* token tiles per pass */
-        if (v == 0) two ? launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
-        else two ? launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T) : launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        if (v == 0 && two) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (v == 0) launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (two) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -772,12 +773,12 @@ extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float
 /* One thread per 16-byte code chunk or 8-byte scale group of a slice block. rows: [N][K/2] codes and [N][K/16]
  * scales as stored; chunks past K and rows past N (the last tile's padding) become zero. */
 __global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t *scales /* [N][K/16] */, int64_t N,
-                              int64_t K, int64_t S, uint8_t *blocks /* [tiles][S][FP4_STAGE_BYTES] */) {
+                              int64_t K, int64_t S, uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */) {
     const int64_t per_block = 8 * 32 + 2 * 32; /* code chunks, then scale groups */
     const int64_t total = (N + 15) / 16 * S * per_block;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t j = i % per_block, bs = i / per_block, s = bs % S, tile = bs / S;
-        uint8_t *dst = blocks + bs * FP4_STAGE_BYTES;
+        uint8_t *dst = blocks + bs * FP4_BLOCK_BYTES;
         if (j < 8 * 32) { /* code chunk: row half h, chunk step q, lane l */
             const int l = (int)(j % 32), q = (int)(j / 32 % 4), h = (int)(j / 128), g = l >> 2, c = l & 3;
             const int64_t row = tile * 16 + g + 8 * h, k0 = s * FP4_SLICE + (4 * c + q) * 32; /* 32 elements */
@@ -806,7 +807,7 @@ __global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t
 }
 
 extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k) {
-    return (size_t)((n + 15) / 16) * (size_t)(qrt_nvfp4_row_elems(k) / FP4_SLICE) * FP4_STAGE_BYTES;
+    return (size_t)((n + 15) / 16) * (size_t)(qrt_nvfp4_row_elems(k) / FP4_SLICE) * FP4_BLOCK_BYTES;
 }
 
 extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w) {
@@ -819,7 +820,7 @@ extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w) {
         return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the NVFP4 weight failed: %s",
                         w->name ? w->name : "?", bytes / 1e6, cudaGetErrorString(e));
     }
-    const size_t threads = bytes / FP4_STAGE_BYTES * (8 * 32 + 2 * 32);
+    const size_t threads = bytes / FP4_BLOCK_BYTES * (8 * 32 + 2 * 32);
     fp4_to_blocks<<<(unsigned)QRT_MIN(qrt_grid(threads, 256), 65536u), 256>>>(
         (const uint8_t *)w->data, (const uint8_t *)w->scales, w->n, w->k, S, blocks);
     QRT_CUDA_LAUNCHED();
@@ -988,7 +989,7 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
     int64_t tile_begin[QRT_GROUP_MAX + 1], K;
     const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
     if (count < 2) return QRT_OK; /* nothing to fuse: the parts run one by one */
-    const size_t tile_bytes = (size_t)(qrt_nvfp4_row_elems(K) / FP4_SLICE) * FP4_STAGE_BYTES;
+    const size_t tile_bytes = (size_t)(qrt_nvfp4_row_elems(K) / FP4_SLICE) * FP4_BLOCK_BYTES;
     const size_t bytes = (size_t)tile_begin[count] * tile_bytes;
     uint8_t *fused = NULL;
     cudaError_t e = cudaMalloc(&fused, bytes);
