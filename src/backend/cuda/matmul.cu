@@ -412,6 +412,7 @@ struct fp4_slice_regs {
     uint4 ca[4], cb[4];
     uint2 sa, sb;
 };
+#define FP4_BLOCK_U4 (FP4_BLOCK_BYTES / 16) /* a slice block in 16-byte units: 256 of codes, 32 of scales */
 /* Weight loads: read once, so not allocated in L1 (kept for x). volatile, because the mma asm is volatile too:
  * the compiler then keeps all of a slice's loads ahead of its first mma. With plain loads it sank them between
  * the chunk steps to save registers, and a warp waited out the memory latency four times per slice (measured:
@@ -423,23 +424,20 @@ __device__ __forceinline__ uint4 ld_stream16(const uint4 *p) {
                  : "l"(p));
     return r;
 }
-__device__ __forceinline__ uint2 ld_stream8(const uint2 *p) {
-    uint2 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
-    return r;
-}
 /* The slice block of one (tile, slice) in the slice-block layout ("Device layouts", top of file): lane l's codes of row
- * half h, chunk step q at uint4 (h·4 + q)·32 + l, its scales of row half h at uint2 FP4_CODE_BYTES/8 + h·32 + l.
- * Every load instruction of a warp reads 512 (codes) or 256 (scales) contiguous bytes. */
-__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint8_t *block, int lane) {
-    const uint4 *cd = reinterpret_cast<const uint4 *>(block);
-    const uint2 *sd = reinterpret_cast<const uint2 *>(block + FP4_CODE_BYTES);
+ * half h, chunk step q at uint4 (h·4 + q)·32 + l; its scales at uint4 256 + l (row g in the low 8 bytes, g+8 in the
+ * high). Every load instruction of a warp reads 512 contiguous bytes, and a lane reads only its own 9 uint4 (so a
+ * lane can copy them to shared memory and read them back without waiting for the others). From global memory
+ * (streamed, GLOBAL) or from a warp's shared-memory copy. */
+template <bool GLOBAL>
+__device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *block, int lane) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        r.ca[q] = ld_stream16(cd + q * 32 + lane);
-        r.cb[q] = ld_stream16(cd + (4 + q) * 32 + lane);
+        r.ca[q] = GLOBAL ? ld_stream16(block + q * 32 + lane) : block[q * 32 + lane];
+        r.cb[q] = GLOBAL ? ld_stream16(block + (4 + q) * 32 + lane) : block[(4 + q) * 32 + lane];
     }
-    r.sa = ld_stream8(sd + lane), r.sb = ld_stream8(sd + 32 + lane);
+    const uint4 sc = GLOBAL ? ld_stream16(block + 256 + lane) : block[256 + lane];
+    r.sa = make_uint2(sc.x, sc.y), r.sb = make_uint2(sc.z, sc.w);
 }
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
@@ -570,7 +568,7 @@ __device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t 
                                             const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
                                             float (&p)[NT][4]) {
     fp4_slice_regs cur;
-    fp4_load_slice(cur, tile_blocks + (size_t)s * FP4_BLOCK_BYTES, lane);
+    fp4_load_slice<true>(cur, reinterpret_cast<const uint4 *>(tile_blocks + (size_t)s * FP4_BLOCK_BYTES), lane);
     const uint4 *xf_s[NT];
     float xsc[NT][2];
     fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
@@ -672,6 +670,134 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     }
 }
 
+/* Variant mma_st<WPB, D> ("streamed"): a grid of as many blocks as fit on the GPU at once, each warp taking an equal
+ * run of the weight's (tile, slice) units in storage order, so every warp reads the same number of bytes (mma_w1 and
+ * mma_k4 hand out whole tiles: gate+up's 2176 tiles over 1584 warps left the second round of blocks 37% full, and
+ * down_proj's 320 tiles kept a warp waiting on 9 slices one after another). Each warp streams its units through its
+ * own ring of D slice blocks in shared memory with cp.async, D - 1 slices in flight while it computes one (a lane
+ * copies and reads back only its own 9 uint4 of a block, so no barrier is needed), and the ring holds no registers.
+ * A tile whose units are all one warp's is summed in registers; a tile split between warps has each slice's p
+ * written to st.part, and the warp that completes its count (st.done, an atomic) sums them in slice order. Both
+ * give mma_w1's bits. SX (T = 1): the block prepares x's fragments in shared memory while the first copies fly.
+ * One pass of ≤ 8 tokens (t0..t0+7) per launch. */
+struct fp4_st_work {
+    int64_t units;  /* tiles · S */
+    int64_t warps;  /* in the grid */
+    float *part;    /* [units][tp][16 rows], tp = the pass's tokens: p of the units of split tiles */
+    unsigned *done; /* [tiles]: slices of a split tile finished; the finishing warp resets it to 0 */
+};
+
+__device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* This lane's 9 uint4 of a slice block into the same places of a ring slot. */
+__device__ __forceinline__ void fp4_copy_slice(uint4 *slot, const uint4 *block, int lane) {
+#pragma unroll
+    for (int j = 0; j < 9; j++) cp_async16(slot + j * 32 + lane, block + j * 32 + lane);
+}
+
+/* A split tile's slice: this lane's D entries of tokens < tp into part [u][tp][16]. */
+__device__ __forceinline__ void fp4_part_store(float *part, int64_t u, int tp, int lane, const float (&p)[4]) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int tok = 2 * c + (e & 1);
+        if (tok < tp) part[(u * tp + tok) * 16 + g + 8 * (e >> 1)] = p[e];
+    }
+}
+
+/* After this warp's last slice of split tile `tile` (mine of its slices): count them in; the warp that completes the
+ * tile sums all S slices' p in order (mma_w1's order) and stores the rows. */
+__device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
+                                                int64_t S, unsigned mine, int T, int t0, int lane) {
+    __threadfence(); /* this lane's p stores before the count */
+    __syncwarp();
+    unsigned before = 0;
+    if (lane == 0) before = atomicAdd(st.done + tile, mine);
+    before = __shfl_sync(0xffffffffu, before, 0);
+    if (before + mine != (unsigned)S) return;
+    __threadfence(); /* the other warps' p, visible through their fences and the count */
+    const int g = lane >> 2, c = lane & 3, tp = T - t0 < 8 ? T - t0 : 8;
+    float acc[1][4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int tok = 2 * c + (e & 1);
+        float a = 0.0f;
+        if (tok < tp) { /* loads 8 at a time (independent), added in slice order */
+            const float *col = st.part + (tile * S * tp + tok) * 16 + g + 8 * (e >> 1);
+            for (int64_t s0 = 0; s0 < S; s0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = s0 + j < S ? __ldcg(col + (s0 + j) * tp * 16) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (s0 + j < S) a = s0 + j == 0 ? v[j] : a + v[j];
+            }
+        }
+        acc[0][e] = a;
+    }
+    fp4_store<1>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+    if (lane == 0) st.done[tile] = 0;
+}
+
+template <int WPB, int D, bool SX>
+__global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
+                                                       const fp4_segments seg, fp4_xsrc xs,
+                                                       const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
+                                                       int t0, const fp4_st_work st) {
+    extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t gw = (int64_t)blockIdx.x * WPB + warp;
+    const int64_t u0 = gw * st.units / st.warps, u1 = (gw + 1) * st.units / st.warps;
+    const uint4 *src = reinterpret_cast<const uint4 *>(blocks);
+    uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
+#pragma unroll
+    for (int j = 0; j < D; j++) { /* one commit group per slot, empty past the run, so wait_group counts slots */
+        if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4, src + (u0 + j) * FP4_BLOCK_U4, lane);
+        cp_async_commit();
+    }
+    if (SX) {
+        uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
+    }
+    const uint4 *xf_lane[1];
+    fp4_x_lanes<1, SX>(xs, S, T, t0, lane, xf_lane);
+    float acc[1][4];
+    int64_t tile = u0 / S, s = u0 - tile * S; /* of unit u, stepped along (no division per unit) */
+    int k = 0;                                /* u's ring slot */
+    for (int64_t u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
+        uint4 *slot = ring + k * FP4_BLOCK_U4;
+        cp_async_wait<D - 1>(); /* this slot's group (the oldest) has landed */
+        fp4_slice_regs cur;
+        fp4_load_slice<false>(cur, slot, lane);
+        const uint4 *xf_s[1];
+        float xsc[1][2], p[1][4];
+        fp4_x_slice<1, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+        fp4_slice_mma<1, SX>(cur, xf_s, xsc, p);
+        /* the slot's registers are consumed: refill it with the unit D ahead */
+        if (u + D < u1) fp4_copy_slice(slot, src + (u + D) * FP4_BLOCK_U4, lane);
+        cp_async_commit();
+        const int64_t first = tile * S, end = first + S;
+        if (first >= u0 && end <= u1) { /* the whole tile is this warp's */
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[0][e] = s == 0 ? p[0][e] : acc[0][e] + p[0][e];
+            if (s == S - 1) fp4_store<1>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+        } else {
+            fp4_part_store(st.part, u, T - t0 < 8 ? T - t0 : 8, lane, p[0]);
+            if (s == S - 1 || u == u1 - 1)
+                fp4_part_finish(st, seg, tile, S, (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first)), T,
+                                t0, lane);
+        }
+        if (++s == S) s = 0, tile++;
+    }
+    cp_async_wait<0>();
+}
+
 /* x fragments, grown on demand like xp_buf. */
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
@@ -733,28 +859,109 @@ static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_x
     fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx"};
-#define FP4_VARIANTS 3
+/* mma_st's split-tile scratch (fp4_st_work), grown on demand like xf_buf: part floats, done counters (zeroed). */
+static float *st_part = NULL;
+static unsigned *st_done = NULL;
+static size_t st_part_cap = 0, st_done_cap = 0;
 
-/* Variant v (< FP4_VARIANTS) over the segments. mma_w1 and mma_k4_sx on one token: one launch that prepares its own
- * x (SX; the x-preparation launch costs 4-8 µs per call); otherwise x prepared by fp4_prep_x, then the launch
- * (preparing all of x in each of mma_k4's few blocks measured slower on down_proj, 22.7% against 32.4%). Both read
- * the same fragment values, so the bits are the same. */
+static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
+    const size_t part = (size_t)units * tp * 16, done = (size_t)tiles;
+    if (part > st_part_cap) {
+        if (st_part) QRT_CUDA_CHECK(cudaFree(st_part));
+        st_part_cap = part;
+        QRT_CUDA_CHECK(cudaMalloc(&st_part, sizeof(float) * part));
+    }
+    if (done > st_done_cap) {
+        if (st_done) QRT_CUDA_CHECK(cudaFree(st_done));
+        st_done_cap = done;
+        QRT_CUDA_CHECK(cudaMalloc(&st_done, sizeof(unsigned) * done));
+        QRT_CUDA_CHECK(cudaMemset(st_done, 0, sizeof(unsigned) * done));
+    }
+}
+
+static int sm_count(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+}
+
+/* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
+ * more warps than units; one launch per pass of 8 tokens. Returns false when not even one block fits (a K so long
+ * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
+template <int WPB, int D, bool SX>
+static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                      int64_t S, int T) {
+    const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
+    static size_t granted = 0, occ_smem = 0;
+    static int occ = 0;
+    if (smem > 48 * 1024 && smem > granted) {
+        int optin = 0;
+        QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+        if (smem > (size_t)optin) return false;
+    }
+    fp4_smem_opt_in(fp4_mma_st<WPB, D, SX>, smem, granted);
+    if (smem != occ_smem) {
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<WPB, D, SX>, WPB * 32, smem));
+        occ_smem = smem;
+    }
+    if (occ < 1) return false;
+    const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
+    const int64_t grid = QRT_MIN((int64_t)occ * sm_count(), (units + WPB - 1) / WPB);
+    fp4_st_scratch(units, QRT_MIN(T, 8), tiles);
+    const fp4_st_work st = {units, grid * WPB, st_part, st_done};
+    for (int t0 = 0; t0 < T; t0 += 8)
+        fp4_mma_st<WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
+    return true;
+}
+
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_st4x3", "mma_st12x2",
+                                                "mma_st16x2"};
+#define FP4_VARIANTS 6
+
+/* Variant v (< FP4_VARIANTS) over the segments. On one token, every variant but mma_k4 runs one launch that prepares
+ * its own x (SX; the x-preparation launch costs 4-8 µs per call); otherwise x is prepared by fp4_prep_x, then the
+ * launch (preparing all of x in each of mma_k4's few blocks measured slower on down_proj, 22.7% against 32.4%). Both
+ * read the same fragment values, so the bits are the same. */
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
-    if (T == 1 && (v == 0 || v == 2)) {
-        const fp4_xsrc none = {NULL, NULL};
-        if (v == 0) launch_w1<1, 4, true>(blocks, seg, none, x, K, S, T);
-        else launch_k<1, 4, true>(blocks, seg, none, x, K, S, T);
-    } else {
+    const bool sx = T == 1 && v != 1;
+    fp4_xsrc xs = {NULL, NULL};
+    if (!sx) {
         const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
-        const fp4_xsrc xs = {xf_buf, xscale};
-        const bool two = T > 8; /* token tiles per pass */
-        if (v == 0 && two) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
-        else if (v == 0) launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
-        else if (two) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        xs = fp4_xsrc{xf_buf, xscale};
+    }
+    bool ran = true;
+    switch (v) {
+    case 0:
+        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else if (T > 8) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    case 1:
+        if (T > 8) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
         else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    case 2:
+        if (sx) launch_k<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else if (T > 8) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    case 3:
+        ran = sx ? launch_st<4, 3, true>(blocks, seg, xs, x, K, S, T) : launch_st<4, 3, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    case 4:
+        ran = sx ? launch_st<12, 2, true>(blocks, seg, xs, x, K, S, T)
+                 : launch_st<12, 2, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    default:
+        ran = sx ? launch_st<16, 2, true>(blocks, seg, xs, x, K, S, T)
+                 : launch_st<16, 2, false>(blocks, seg, xs, x, K, S, T);
+        break;
+    }
+    if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
+        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -790,7 +997,7 @@ __global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t
                 for (int b = 0; b < 16 && k0 + 2 * b < K; b++) vb[b] = codes[row * (K / 2) + k0 / 2 + b];
             }
             *reinterpret_cast<uint4 *>(dst + j * 16) = v;
-        } else { /* scale group: row half h, lane l: the 8 scales of chunks 4c..4c+3 */
+        } else { /* scale group: row half h, lane l: the 8 scales of chunks 4c..4c+3, at lane l's 16 bytes */
             const int64_t e = j - 8 * 32;
             const int l = (int)(e % 32), h = (int)(e / 32), g = l >> 2, c = l & 3;
             const int64_t row = tile * 16 + g + 8 * h, b0 = (s * FP4_SLICE + 4 * c * 32) / 16; /* first block */
@@ -801,7 +1008,7 @@ __global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t
                 uint8_t *vb = reinterpret_cast<uint8_t *>(&v);
                 for (int b = 0; b < 8 && (b0 + b) * 16 < K; b++) vb[b] = scales[row * (K / 16) + b0 + b];
             }
-            *reinterpret_cast<uint2 *>(dst + FP4_CODE_BYTES + e * 8) = v;
+            *reinterpret_cast<uint2 *>(dst + FP4_CODE_BYTES + l * 16 + h * 8) = v;
         }
     }
 }
