@@ -442,14 +442,14 @@ __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *b
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
-/* One slice of one lane: p[nt][e] (D fragment of token tile nt) = ((d0 + d1) + (d2 + d3)) · 2^e, d_q the chunk step
- * q's mma chain. xf_s: this lane's fragment of (its token group, this slice, q 0, i 0) per tile, in global memory
- * (entries 32 uint4 apart) or, SX, in the block's shared copy (4 apart); xsc: 2^e of its D columns. The four chains
- * are independent and interleaved k-step by k-step, so the tensor pipe always has 4·NT chains to alternate between
- * instead of waiting out one chain's latency. */
+/* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
+ * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
+ * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart) or, SX, in
+ * the block's shared copy (8 apart); xsc: 2^e of its token. The four chains are independent and interleaved k-step by
+ * k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's latency. */
 template <int NT, bool SX>
-__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint4 *const (&xf_s)[NT],
-                                              const float (&xsc)[NT][2], float (&p)[NT][4]) {
+__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT], float (&p)[NT][2]) {
     uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -487,9 +487,8 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                 const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi[q]) : e4m3x2_lo_to_h2(bhi[q]), scb);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
-                    const uint4 b = SX ? xf_s[nt][(q * 8 + i) * 4] : __ldg(xf_s[nt] + (q * 8 + i) * 32);
-                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi */
-                    mma_16816(d[q][nt], a0, a1, a2, a3, b.z, b.w); /* lo */
+                    const uint2 b = SX ? xf_s[nt][(q * 8 + i) * 8] : __ldg(xf_s[nt] + (q * 8 + i) * 64);
+                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
                 }
             }
         }
@@ -497,8 +496,12 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            p[nt][e] = ((d[0][nt][e] + d[1][nt][e]) + (d[2][nt][e] + d[3][nt][e])) * xsc[nt][e & 1];
+        for (int r = 0; r < 2; r++) {
+            const int e = 2 * r; /* D columns 2c (hi) and 2c + 1 (lo) of row g + 8r */
+            p[nt][r] = (((d[0][nt][e] + d[0][nt][e + 1]) + (d[1][nt][e] + d[1][nt][e + 1])) +
+                        ((d[2][nt][e] + d[2][nt][e + 1]) + (d[3][nt][e] + d[3][nt][e + 1]))) *
+                       xsc[nt];
+        }
 }
 
 /* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
@@ -533,66 +536,65 @@ struct fp4_xsrc {
     const float *xscale; /* [T][S], or shared [S] */
 };
 
-/* This lane's B-fragment base (token group, slice 0, q 0, i 0) for each token tile of the pass starting at t0, and
- * the 2^e of its D columns in slice s. A lane past T reads the last token's fragment instead (same address as another
- * lane: no extra traffic, no predicate): B column n only feeds D column n, and columns past T are never stored. */
+/* This lane's B half-entry base (slice 0, q 0, i 0) for each token tile of the pass starting at t0: B column g of a
+ * tile is part g & 1 (hi, lo) of token 4·nt + g / 2, so lane (g, c) reads that half of its token's entry c. A token
+ * past T reads the last token instead (an address another lane reads: no extra traffic, no predicate): B column n only
+ * feeds D column n, and columns of tokens past T are never stored. */
 template <int NT, bool SX>
 __device__ __forceinline__ void fp4_x_lanes(const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
-                                            const uint4 *(&xf_lane)[NT]) {
+                                            const uint2 *(&xf_lane)[NT]) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const int tok = t0 + 8 * nt + g < T ? t0 + 8 * nt + g : T - 1;
-        xf_lane[nt] = SX ? xs.xf + c : xs.xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+        const int tok = t0 + 4 * nt + g / 2 < T ? t0 + 4 * nt + g / 2 : T - 1;
+        const uint4 *entry = SX ? xs.xf + c : xs.xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
+        xf_lane[nt] = reinterpret_cast<const uint2 *>(entry) + (g & 1);
     }
 }
+/* The half-entries of slice s, and the 2^e of this lane's D token (0 past T). */
 template <int NT, bool SX>
-__device__ __forceinline__ void fp4_x_slice(const uint4 *const (&xf_lane)[NT], const fp4_xsrc &xs, int64_t S, int T,
-                                            int t0, int64_t s, int lane, const uint4 *(&xf_s)[NT],
-                                            float (&xsc)[NT][2]) {
+__device__ __forceinline__ void fp4_x_slice(const uint2 *const (&xf_lane)[NT], const fp4_xsrc &xs, int64_t S, int T,
+                                            int t0, int64_t s, int lane, const uint2 *(&xf_s)[NT], float (&xsc)[NT]) {
     const int c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        xf_s[nt] = xf_lane[nt] + s * (SX ? 128 : 1024);
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int tok = t0 + 8 * nt + 2 * c + e;
-            xsc[nt][e] = tok >= T ? 0.0f : SX ? xs.xscale[s] : __ldg(xs.xscale + (size_t)tok * S + s);
-        }
+        xf_s[nt] = xf_lane[nt] + s * (SX ? 256 : 2048);
+        const int tok = t0 + 4 * nt + c;
+        xsc[nt] = tok >= T ? 0.0f : SX ? xs.xscale[s] : __ldg(xs.xscale + (size_t)tok * S + s);
     }
 }
 
 /* Slice s of a tile (its slice blocks tile_blocks) for this lane: loaded into registers, then its p (fp4_slice_mma). */
 template <int NT, bool SX>
-__device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t s, const uint4 *const (&xf_lane)[NT],
+__device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t s, const uint2 *const (&xf_lane)[NT],
                                             const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
-                                            float (&p)[NT][4]) {
+                                            float (&p)[NT][2]) {
     fp4_slice_regs cur;
     fp4_load_slice<true>(cur, reinterpret_cast<const uint4 *>(tile_blocks + (size_t)s * FP4_BLOCK_BYTES), lane);
-    const uint4 *xf_s[NT];
-    float xsc[NT][2];
+    const uint2 *xf_s[NT];
+    float xsc[NT];
     fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
     fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
 }
 
-/* y for this lane's D fragment: rows row0 + g (+8), tokens t0 + 8 nt + 2c (+1). */
+/* y for this lane's sums: rows row0 + g (+8) of token t0 + 4 nt + c. */
 template <int NT>
-__device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][4]) {
+__device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][2]) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int64_t row = o.row0 + g + 8 * (e >> 1);
-            const int tok = t0 + 8 * nt + 2 * c + (e & 1);
-            if (row < o.N && tok < T) o.y[(size_t)tok * o.N + row] = acc[nt][e] * o.f;
+        for (int r = 0; r < 2; r++) {
+            const int64_t row = o.row0 + g + 8 * r;
+            const int tok = t0 + 4 * nt + c;
+            if (row < o.N && tok < T) o.y[(size_t)tok * o.N + row] = acc[nt][r] * o.f;
         }
 }
 
 /* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use
  * (a register prefetch of the next slice measured slower: fewer warps fit); the slices' p are summed in
  * order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store nothing. Serves any T, NT token
- * tiles (8 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need.
+ * tiles (4 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need.
  * SX (T = 1): the block first makes its own shared copy of x's fragments from x (no fp4_prep_x launch). */
 template <int NT, int TPB, bool SX>
 __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
@@ -609,17 +611,17 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
     if (tile >= seg.tile_begin[seg.count]) return;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
-    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
-        const uint4 *xf_lane[NT];
+    for (int t0 = 0; t0 < T; t0 += 4 * NT) {
+        const uint2 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
-        float acc[NT][4];
+        float acc[NT][2];
         for (int64_t s = 0; s < S; s++) {
-            float p[NT][4];
+            float p[NT][2];
             fp4_slice_p<NT, SX>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[nt][e] = s == 0 ? p[nt][e] : acc[nt][e] + p[nt][e];
+                for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
         }
         fp4_store<NT>(o, T, t0, lane, acc);
     }
@@ -632,9 +634,9 @@ template <int NT, int WK, bool SX>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
-    extern __shared__ float fp4_part[]; /* [S][NT][4][32] p, then SX: [S][32][4] uint4 and [S] f32 */
+    extern __shared__ float fp4_part[]; /* [S][NT][2][32] p, then SX: [S][32][4] uint4 and [S] f32 */
     if (SX) {
-        uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 128);
+        uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 64);
         fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
         xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
     }
@@ -642,27 +644,27 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     const int64_t tile = blockIdx.x;
     const fp4_tile_out o = fp4_tile_target(seg, tile);
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
-    for (int t0 = 0; t0 < T; t0 += 8 * NT) {
-        const uint4 *xf_lane[NT];
+    for (int t0 = 0; t0 < T; t0 += 4 * NT) {
+        const uint2 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
         for (int64_t s = warp; s < S; s += WK) {
-            float p[NT][4];
+            float p[NT][2];
             fp4_slice_p<NT, SX>(tile_blocks, s, xf_lane, xs, S, T, t0, lane, p);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) fp4_part[((s * NT + nt) * 4 + e) * 32 + lane] = p[nt][e];
+                for (int r = 0; r < 2; r++) fp4_part[((s * NT + nt) * 2 + r) * 32 + lane] = p[nt][r];
         }
         __syncthreads();
         if (warp == 0) {
-            float acc[NT][4];
+            float acc[NT][2];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float a = fp4_part[(nt * 4 + e) * 32 + lane];
-                    for (int64_t s = 1; s < S; s++) a += fp4_part[((s * NT + nt) * 4 + e) * 32 + lane];
-                    acc[nt][e] = a;
+                for (int r = 0; r < 2; r++) {
+                    float a = fp4_part[(nt * 2 + r) * 32 + lane];
+                    for (int64_t s = 1; s < S; s++) a += fp4_part[((s * NT + nt) * 2 + r) * 32 + lane];
+                    acc[nt][r] = a;
                 }
             fp4_store<NT>(o, T, t0, lane, acc);
         }
@@ -700,18 +702,20 @@ __device__ __forceinline__ void fp4_copy_slice(uint4 *slot, const uint4 *block, 
     for (int j = 0; j < 9; j++) cp_async16(slot + j * 32 + lane, block + j * 32 + lane);
 }
 
-/* A split tile's slice: this lane's D entries of tokens < tp into part [u][tp][16]. */
-__device__ __forceinline__ void fp4_part_store(float *part, int64_t u, int tp, int lane, const float (&p)[4]) {
+/* A split tile's slice: this lane's sums (token 4·nt + c, rows g and g+8) of tokens < tp into part [u][tp][16]. */
+template <int NT>
+__device__ __forceinline__ void fp4_part_store(float *part, int64_t u, int tp, int lane, const float (&p)[NT][2]) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int tok = 2 * c + (e & 1);
-        if (tok < tp) part[(u * tp + tok) * 16 + g + 8 * (e >> 1)] = p[e];
-    }
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (4 * nt + c < tp) part[(u * tp + 4 * nt + c) * 16 + g + 8 * r] = p[nt][r];
 }
 
 /* After this warp's last slice of split tile `tile` (mine of its slices): count them in; the warp that completes the
  * tile sums all S slices' p in order (mma_w1's order) and stores the rows. */
+template <int NT>
 __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
                                                 int64_t S, unsigned mine, int T, int t0, int lane) {
     __threadfence(); /* this lane's p stores before the count */
@@ -721,30 +725,31 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     before = __shfl_sync(0xffffffffu, before, 0);
     if (before + mine != (unsigned)S) return;
     __threadfence(); /* the other warps' p, visible through their fences and the count */
-    const int g = lane >> 2, c = lane & 3, tp = T - t0 < 8 ? T - t0 : 8;
-    float acc[1][4];
+    const int g = lane >> 2, c = lane & 3, tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
+    float acc[NT][2];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int tok = 2 * c + (e & 1);
-        float a = 0.0f;
-        if (tok < tp) { /* loads 8 at a time (independent), added in slice order */
-            const float *col = st.part + (tile * S * tp + tok) * 16 + g + 8 * (e >> 1);
-            for (int64_t s0 = 0; s0 < S; s0 += 8) {
-                float v[8];
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = s0 + j < S ? __ldcg(col + (s0 + j) * tp * 16) : 0.0f;
+        for (int r = 0; r < 2; r++) {
+            float a = 0.0f;
+            if (4 * nt + c < tp) { /* loads 8 at a time (independent), added in slice order */
+                const float *col = st.part + (tile * S * tp + 4 * nt + c) * 16 + g + 8 * r;
+                for (int64_t s0 = 0; s0 < S; s0 += 8) {
+                    float v[8];
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    if (s0 + j < S) a = s0 + j == 0 ? v[j] : a + v[j];
+                    for (int j = 0; j < 8; j++) v[j] = s0 + j < S ? __ldcg(col + (s0 + j) * tp * 16) : 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        if (s0 + j < S) a = s0 + j == 0 ? v[j] : a + v[j];
+                }
             }
+            acc[nt][r] = a;
         }
-        acc[0][e] = a;
-    }
-    fp4_store<1>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+    fp4_store<NT>(fp4_tile_target(seg, tile), T, t0, lane, acc);
     if (lane == 0) st.done[tile] = 0;
 }
 
-template <int WPB, int D, bool SX>
+template <int NT, int WPB, int D, bool SX>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
@@ -765,9 +770,10 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
         fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
         xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
     }
-    const uint4 *xf_lane[1];
-    fp4_x_lanes<1, SX>(xs, S, T, t0, lane, xf_lane);
-    float acc[1][4];
+    const uint2 *xf_lane[NT];
+    fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
+    const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
+    float acc[NT][2];
     int64_t tile = u0 / S, s = u0 - tile * S; /* of unit u, stepped along (no division per unit) */
     int k = 0;                                /* u's ring slot */
     for (int64_t u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
@@ -775,23 +781,25 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
         cp_async_wait<D - 1>(); /* this slot's group (the oldest) has landed */
         fp4_slice_regs cur;
         fp4_load_slice<false>(cur, slot, lane);
-        const uint4 *xf_s[1];
-        float xsc[1][2], p[1][4];
-        fp4_x_slice<1, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
-        fp4_slice_mma<1, SX>(cur, xf_s, xsc, p);
+        const uint2 *xf_s[NT];
+        float xsc[NT], p[NT][2];
+        fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+        fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
         /* the slot's registers are consumed: refill it with the unit D ahead */
         if (u + D < u1) fp4_copy_slice(slot, src + (u + D) * FP4_BLOCK_U4, lane);
         cp_async_commit();
         const int64_t first = tile * S, end = first + S;
         if (first >= u0 && end <= u1) { /* the whole tile is this warp's */
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[0][e] = s == 0 ? p[0][e] : acc[0][e] + p[0][e];
-            if (s == S - 1) fp4_store<1>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
+            if (s == S - 1) fp4_store<NT>(fp4_tile_target(seg, tile), T, t0, lane, acc);
         } else {
-            fp4_part_store(st.part, u, T - t0 < 8 ? T - t0 : 8, lane, p[0]);
+            fp4_part_store<NT>(st.part, u, tp, lane, p);
             if (s == S - 1 || u == u1 - 1)
-                fp4_part_finish(st, seg, tile, S, (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first)), T,
-                                t0, lane);
+                fp4_part_finish<NT>(st, seg, tile, S,
+                                    (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first)), T, t0, lane);
         }
         if (++s == S) s = 0, tile++;
     }
@@ -853,7 +861,7 @@ static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_
 template <int NT, int WK, bool SX>
 static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                      int64_t S, int T) {
-    const size_t smem = (size_t)S * NT * 4 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
+    const size_t smem = (size_t)S * NT * 2 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0;
     fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
     fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
@@ -886,9 +894,9 @@ static int sm_count(void) {
 }
 
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
- * more warps than units; one launch per pass of 8 tokens. Returns false when not even one block fits (a K so long
+ * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
-template <int WPB, int D, bool SX>
+template <int NT, int WPB, int D, bool SX>
 static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
@@ -899,29 +907,37 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
         QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
         if (smem > (size_t)optin) return false;
     }
-    fp4_smem_opt_in(fp4_mma_st<WPB, D, SX>, smem, granted);
+    fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX>, smem, granted);
     if (smem != occ_smem) {
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<WPB, D, SX>, WPB * 32, smem));
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<NT, WPB, D, SX>, WPB * 32, smem));
         occ_smem = smem;
     }
     if (occ < 1) return false;
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
     const int64_t grid = QRT_MIN((int64_t)occ * sm_count(), (units + WPB - 1) / WPB);
-    fp4_st_scratch(units, QRT_MIN(T, 8), tiles);
+    fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
-    for (int t0 = 0; t0 < T; t0 += 8)
-        fp4_mma_st<WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
+    for (int t0 = 0; t0 < T; t0 += 4 * NT)
+        fp4_mma_st<NT, WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
     return true;
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_st4x3", "mma_st12x2",
-                                                "mma_st16x2"};
-#define FP4_VARIANTS 6
+static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_st12x2", "mma_st16x2"};
+#define FP4_VARIANTS 5
 
-/* Variant v (< FP4_VARIANTS) over the segments. On one token, every variant but mma_k4 runs one launch that prepares
- * its own x (SX; the x-preparation launch costs 4-8 µs per call); otherwise x is prepared by fp4_prep_x, then the
- * launch (preparing all of x in each of mma_k4's few blocks measured slower on down_proj, 22.7% against 32.4%). Both
- * read the same fragment values, so the bits are the same. */
+template <int WPB, int D>
+static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                        int64_t S, int T, bool sx) {
+    if (sx) return launch_st<1, WPB, D, true>(blocks, seg, xs, x, K, S, T);
+    if (T <= 4) return launch_st<1, WPB, D, false>(blocks, seg, xs, x, K, S, T);
+    return launch_st<2, WPB, D, false>(blocks, seg, xs, x, K, S, T);
+}
+
+/* Variant v (< FP4_VARIANTS) over the segments. Token tiles per pass: 1 (4 tokens) up to T = 4, else 2, and 4 for
+ * mma_k4 above 8 tokens (its 255-register budget holds the 64 accumulators; mma_w1's would spill). On one token, every
+ * variant but mma_k4 runs one launch that prepares its own x (SX; the x-preparation launch costs 4-8 µs per call);
+ * otherwise x is prepared by fp4_prep_x, then the launch (preparing all of x in each of mma_k4's few blocks measured
+ * slower on down_proj, 22.7% against 32.4%). Both read the same fragment values, so the bits are the same. */
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
@@ -935,29 +951,18 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
     switch (v) {
     case 0:
         if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
-        else if (T > 8) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
         break;
     case 1:
-        if (T > 8) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
-        else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
-        break;
     case 2:
         if (sx) launch_k<1, 4, true>(blocks, seg, xs, x, K, S, T);
-        else if (T > 8) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (T > 8) launch_k<4, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
         else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
         break;
-    case 3:
-        ran = sx ? launch_st<4, 3, true>(blocks, seg, xs, x, K, S, T) : launch_st<4, 3, false>(blocks, seg, xs, x, K, S, T);
-        break;
-    case 4:
-        ran = sx ? launch_st<12, 2, true>(blocks, seg, xs, x, K, S, T)
-                 : launch_st<12, 2, false>(blocks, seg, xs, x, K, S, T);
-        break;
-    default:
-        ran = sx ? launch_st<16, 2, true>(blocks, seg, xs, x, K, S, T)
-                 : launch_st<16, 2, false>(blocks, seg, xs, x, K, S, T);
-        break;
+    case 3: ran = launch_st_t<12, 2>(blocks, seg, xs, x, K, S, T, sx); break;
+    default: ran = launch_st_t<16, 2>(blocks, seg, xs, x, K, S, T, sx); break;
     }
     if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
         if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
@@ -1070,7 +1075,7 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-blk1.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-blk2.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
