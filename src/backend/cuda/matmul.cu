@@ -337,7 +337,9 @@ __device__ __forceinline__ void fp4_prep_slice(const float *xrow /* [K] */, int6
     }
 }
 
-/* One warp per (token, slice). */
+/* One warp per (token, slice), into the layout the B fragments are read in: xf [T/8][S][4 q][8 i][32 lanes] uint4,
+ * lane 4g + c holding part g & 1 (hi, lo) of tokens 8·tg + g/2 (x, y) and 8·tg + 4 + g/2 (z, w): one 16-byte load
+ * feeds both token tiles of an 8-token pass. */
 __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
                            uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
     const int lane = threadIdx.x & 31;
@@ -349,9 +351,14 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
     uint4 u[4];
     float down;
     fp4_prep_slice(x + (size_t)t * K, K, s, lane, u, down);
-    const int tg = t / 8, n = t % 8;
+    const int tg = t / 8, j = t % 4, half = t / 4 % 2;
+    uint2 *xf2 = reinterpret_cast<uint2 *>(xf);
 #pragma unroll
-    for (int q = 0; q < 4; q++) xf[((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + 4 * n + c] = u[q];
+    for (int q = 0; q < 4; q++) {
+        const int64_t entry = ((((int64_t)tg * S + s) * 4 + q) * 8 + i) * 32 + c;
+        xf2[(entry + 4 * (2 * j)) * 2 + half] = make_uint2(u[q].x, u[q].y);     /* hi: B column 2j */
+        xf2[(entry + 4 * (2 * j + 1)) * 2 + half] = make_uint2(u[q].z, u[q].w); /* lo: B column 2j + 1 */
+    }
     if (lane == 0) xscale[(size_t)t * S + s] = down;
 }
 
@@ -485,9 +492,17 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                 const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo[q]) : e4m3x2_lo_to_h2(blo[q]), scb);
                 const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi[q]) : e4m3x2_lo_to_h2(ahi[q]), sca);
                 const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi[q]) : e4m3x2_lo_to_h2(bhi[q]), scb);
+                uint2 bnext = make_uint2(0, 0);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
-                    const uint2 b = SX ? xf_s[nt][(q * 8 + i) * 8] : __ldg(xf_s[nt] + (q * 8 + i) * 64);
+                    uint2 b;
+                    if (SX) b = xf_s[nt][(q * 8 + i) * 8];
+                    else if (NT == 1) b = __ldg(xf_s[nt] + (q * 8 + i) * 64);
+                    else if (nt % 2 == 0) { /* tiles nt and nt + 1 share one 16-byte entry */
+                        const uint4 b2 = __ldg(reinterpret_cast<const uint4 *>(xf_s[nt] + (q * 8 + i) * 64));
+                        b = make_uint2(b2.x, b2.y);
+                        bnext = make_uint2(b2.z, b2.w);
+                    } else b = bnext;
                     mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
                 }
             }
@@ -537,18 +552,18 @@ struct fp4_xsrc {
 };
 
 /* This lane's B half-entry base (slice 0, q 0, i 0) for each token tile of the pass starting at t0: B column g of a
- * tile is part g & 1 (hi, lo) of token 4·nt + g / 2, so lane (g, c) reads that half of its token's entry c. A token
- * past T reads the last token instead (an address another lane reads: no extra traffic, no predicate): B column n only
- * feeds D column n, and columns of tokens past T are never stored. */
+ * tile is part g & 1 (hi, lo) of token 4·nt + g / 2. SX (one token): that half of the token's entry c; tokens 1..3
+ * of the tile (absent) read token 0's. Global: the tile's half of lane's entry (fp4_prep_x). Columns of tokens past
+ * T read stale or zero entries: B column n only feeds D column n, and those columns are never stored. */
 template <int NT, bool SX>
 __device__ __forceinline__ void fp4_x_lanes(const fp4_xsrc &xs, int64_t S, int T, int t0, int lane,
                                             const uint2 *(&xf_lane)[NT]) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const int tok = t0 + 4 * nt + g / 2 < T ? t0 + 4 * nt + g / 2 : T - 1;
-        const uint4 *entry = SX ? xs.xf + c : xs.xf + (int64_t)(tok / 8) * S * 1024 + 4 * (tok % 8) + c;
-        xf_lane[nt] = reinterpret_cast<const uint2 *>(entry) + (g & 1);
+        const int tile0 = t0 + 4 * nt; /* first token of the tile: a multiple of 4 */
+        const uint4 *entry = SX ? xs.xf + c : xs.xf + (int64_t)(tile0 / 8) * S * 1024 + lane;
+        xf_lane[nt] = reinterpret_cast<const uint2 *>(entry) + (SX ? g & 1 : tile0 / 4 % 2);
     }
 }
 /* The half-entries of slice s, and the 2^e of this lane's D token (0 past T). */
@@ -830,6 +845,8 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
         if (xf_buf) QRT_CUDA_CHECK(cudaFree(xf_buf));
         xf_cap = bytes < ((size_t)1 << 22) ? ((size_t)1 << 22) : bytes;
         QRT_CUDA_CHECK(cudaMalloc(&xf_buf, xf_cap));
+        /* entries of tokens past T are read (into D columns never stored): keep them finite and initialized */
+        QRT_CUDA_CHECK(cudaMemset(xf_buf, 0, xf_cap));
     }
     float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
     fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
