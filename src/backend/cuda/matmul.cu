@@ -11,6 +11,9 @@
  *   nvfp4 1  mma_k4         a block of 4 warps per tile, splitting its slices (long K: down_proj)
  *   nvfp4 2  mma_k4_sx      as 1, on one token preparing x in the block (as mma_w1 does) instead of fp4_prep_x:
  *                           wins on short K with few tiles (GDN out, attention o, MTP fc)
+ *   nvfp4 3  mma_st12x2     "streamed": a GPU-filling grid, each warp an equal run of (tile, slice) units streamed
+ *   nvfp4 4  mma_st16x2     through its own 2-slot cp.async ring (12 or 16 warps per block); split tiles summed by
+ *                           the warp that completes them. Wins on long N (lm_head, gate+up) and down_proj at T = 1
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -279,16 +282,19 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
  * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
  *   4c..4c+3; "chunk step" q (0..3) covers chunk 4c+q of each of the 4 lanes; its 8 k-steps i take elements
  *   4i..4i+3 of those chunks (in the mma's k slots 2c, 2c+1, 2c+8, 2c+9 as e0 e2 | e1 e3);
- * - d_q = Σ_i mma(A_i, x_hi) then mma(A_i, x_lo), from 0, per chunk step (the four chains interleaved k-step by
- *   k-step, which hides the mma latency and does not change any chain); p_s = ((d_0 + d_1) + (d_2 + d_3)) · 2^e(t,s);
- *   y = ((p_0 + p_1) + p_2 + ...) · 64 · scale2, slices in order. A split-K variant sums the same p_s in the same
- *   order after a barrier, so splitting never changes a bit.
- * A tensor-core dot product of one (row, token) uses only that row and that token, so n8-tile position, M and
+ * - x_hi and x_lo of a token are two B columns of the same mma (an n8 tile holds 4 tokens: column 2j = token j's hi,
+ *   2j + 1 its lo), so one mma per k-step serves both (on one token that halved the mma count: lm_head 73% → 81% of
+ *   the read bandwidth). Per chunk step q and token: hi_q = Σ_i mma(A_i, x_hi), lo_q = Σ_i mma(A_i, x_lo), from 0
+ *   (the four chains interleaved k-step by k-step, which hides the mma latency and does not change any chain);
+ *   e_q = hi_q + lo_q; p_s = ((e_0 + e_1) + (e_2 + e_3)) · 2^e(t,s); y = ((p_0 + p_1) + p_2 + ...) · 64 · scale2,
+ *   slices in order. A split-K variant sums the same p_s in the same order (after a barrier, or in the warp that
+ *   completes a split tile), so splitting never changes a bit.
+ * A tensor-core dot product of one (row, B column) uses only that row and that column, so n8-tile position, M and
  * the variant do not change it (checked bit for bit by test_cuda_ops).
  *
- * x fragments, made per call by fp4_prep_x: xf [T/8][S][4 q][8 i][32 lanes] uint4, lane = 4·n + c for token
- * 8·tg + n, holding {hi(x e0, x e2), hi(x e1, x e3), lo(...), lo(...)} of elements s·512 + (4c+q)·32 + 4i + 0..3;
- * xscale [T][S] = 2^e, the factor that undoes the slice's scaling. Elements past K are 0. */
+ * x fragments, made per call by fp4_prep_x (layout at fp4_prep_x): per (token, slice, q, i, c) the pairs
+ * hi(x e0, x e2), hi(x e1, x e3), lo(...), lo(...) of elements s·512 + (4c+q)·32 + 4i + 0..3; xscale [T][S] = 2^e,
+ * the factor that undoes the slice's scaling. Elements past K are 0. */
 
 #define FP4_SLICE 512 /* elements of a row per slice: 16 chunks of 32, 4 per lane of a quad */
 #define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
@@ -711,11 +717,14 @@ __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* This lane's 9 uint4 of a slice block into the same places of a ring slot. */
-__device__ __forceinline__ void fp4_copy_slice(uint4 *slot, const uint4 *block, int lane) {
+/* This lane's 9 uint4 of a slice block into the same places of a ring slot (both pointers already at the lane). */
+__device__ __forceinline__ void fp4_copy_slice(uint4 *slot_lane, const uint4 *block_lane) {
 #pragma unroll
-    for (int j = 0; j < 9; j++) cp_async16(slot + j * 32 + lane, block + j * 32 + lane);
+    for (int j = 0; j < 9; j++) cp_async16(slot_lane + j * 32, block_lane + j * 32);
 }
+/* Release/acquire fence at GPU scope: orders a warp's p stores before its count, and the count before the finishing
+ * warp's loads (__threadfence is a sequentially consistent fence, slower and stronger than this needs). */
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 
 /* A split tile's slice: this lane's sums (token 4·nt + c, rows g and g+8) of tokens < tp into part [u][tp][16]. */
 template <int NT>
@@ -733,13 +742,13 @@ __device__ __forceinline__ void fp4_part_store(float *part, int64_t u, int tp, i
 template <int NT>
 __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
                                                 int64_t S, unsigned mine, int T, int t0, int lane) {
-    __threadfence(); /* this lane's p stores before the count */
+    fence_acq_rel_gpu(); /* this lane's p stores before the count */
     __syncwarp();
     unsigned before = 0;
     if (lane == 0) before = atomicAdd(st.done + tile, mine);
     before = __shfl_sync(0xffffffffu, before, 0);
     if (before + mine != (unsigned)S) return;
-    __threadfence(); /* the other warps' p, visible through their fences and the count */
+    fence_acq_rel_gpu(); /* the other warps' p, visible through their fences and the count */
     const int g = lane >> 2, c = lane & 3, tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
 #pragma unroll
@@ -773,11 +782,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t gw = (int64_t)blockIdx.x * WPB + warp;
     const int64_t u0 = gw * st.units / st.warps, u1 = (gw + 1) * st.units / st.warps;
-    const uint4 *src = reinterpret_cast<const uint4 *>(blocks);
+    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + u0 * FP4_BLOCK_U4 + lane; /* unit u0, this lane */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
 #pragma unroll
-    for (int j = 0; j < D; j++) { /* one commit group per slot, empty past the run, so wait_group counts slots */
-        if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4, src + (u0 + j) * FP4_BLOCK_U4, lane);
+    for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) { /* one commit group per slot, empty past the run */
+        if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
         cp_async_commit();
     }
     if (SX) {
@@ -801,7 +810,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
         fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
         fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
         /* the slot's registers are consumed: refill it with the unit D ahead */
-        if (u + D < u1) fp4_copy_slice(slot, src + (u + D) * FP4_BLOCK_U4, lane);
+        if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
+        next += FP4_BLOCK_U4;
         cp_async_commit();
         const int64_t first = tile * S, end = first + S;
         if (first >= u0 && end <= u1) { /* the whole tile is this warp's */
