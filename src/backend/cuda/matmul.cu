@@ -307,25 +307,30 @@ __device__ __forceinline__ void fp4_prep_slice(const float *xrow /* [K] */, int6
     const int c = lane & 3, i = lane >> 2;
     float v[4][4];
     float m = 0.0f;
+    const bool vec = ((uintptr_t)xrow & 15) == 0; /* K % 16 == 0: a group of 4 is in bounds or all past K */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
+        if (vec) {
+            const float4 f = k0 < K ? __ldg(reinterpret_cast<const float4 *>(xrow + k0)) : make_float4(0, 0, 0, 0);
+            v[q][0] = f.x, v[q][1] = f.y, v[q][2] = f.z, v[q][3] = f.w;
+        } else {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            v[q][e] = k0 + e < K ? xrow[k0 + e] : 0.0f;
-            m = fmaxf(m, fabsf(v[q][e]));
+            for (int e = 0; e < 4; e++) v[q][e] = k0 + e < K ? xrow[k0 + e] : 0.0f;
         }
+#pragma unroll
+        for (int e = 0; e < 4; e++) m = fmaxf(m, fabsf(v[q][e]));
     }
     m = warp_max(m);
-    /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits */
-    int ex = 0;
+    /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits. The
+     * exponent straight from the bits: frexpf's for a normal m (E - 126), and below 2^-100 the clamp decides anyway */
     float up = 1.0f;
     down = 1.0f;
     if (m > 0.0f && m <= 3.0e38f) {
-        frexpf(m, &ex);
+        int ex = (int)(__float_as_uint(m) >> 23) - 126;
         ex = ex < -100 ? -100 : ex;
-        up = ldexpf(1.0f, 15 - ex);
-        down = ldexpf(1.0f, ex - 15);
+        up = __uint_as_float((uint32_t)(127 + 15 - ex) << 23);
+        down = __uint_as_float((uint32_t)(127 + ex - 15) << 23);
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
