@@ -476,12 +476,14 @@ int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
  * A rollback after a partial accept (the GDN layers' re-run of the kept steps) is recorded per n_keep the same way.
  *
  * A key runs plainly the first time: the warm-up, in which the NVFP4 autotuner times new shapes and scratch
- * buffers grow, neither of which a recording may do. Its second run is recorded and then launched, every later
- * one launched. A recording is retired when the backend's epoch moves (a scratch buffer it points at was
- * reallocated; the key is then recorded again at once, its warm-up done). The results are the plain run's bits:
- * the same kernels on the same buffers, attention's chunking depending only on each token's position. Only
- * greedy forwards (picks, not logits) of up to QRT_GRAPH_MAX_T tokens are recorded: the logits download and the
- * host work of sampling would sit inside. Longer prefill pieces and sampling run plainly. */
+ * buffers grow, neither of which a recording may do; it is recorded right after, and every later run is a
+ * replay. A recording is retired when the backend's epoch moves (a scratch buffer it points at was reallocated;
+ * the key is then recorded again at once, its warm-up done). The results are the plain run's bits: the same
+ * kernels on the same buffers, attention's chunking depending only on each token's position. Only greedy
+ * forwards (picks, not logits) of the decode loop's shapes are recorded: the main model on one token or on up to
+ * QRT_GRAPH_MAX_T with every row requested (a verify), the MTP on up to QRT_MAX_VERIFY. Prefill (one requested
+ * row; the MTP's longer pieces) and sampling (the logits download and the host's sampling would sit inside) run
+ * plainly. */
 
 static void drop_graphs(qrt_session *s) {
     for (int i = 0; i < s->n_graphs; i++)
@@ -507,7 +509,7 @@ static qrt_graph_entry *graph_entry(qrt_session *s, const qrt_graph_entry *key) 
             g->h == key->h)
             return g;
     }
-    if (s->n_graphs == QRT_GRAPH_SLOTS) return NULL; /* never at the keys one generation meets */
+    if (s->n_graphs == QRT_GRAPH_SLOTS) return NULL; /* more keys than K ≤ 16 makes: the rest run plainly */
     qrt_graph_entry *g = &s->graphs[s->n_graphs++];
     *g = *key;
     g->runs = 0, g->graph = NULL;
@@ -515,6 +517,19 @@ static qrt_graph_entry *graph_entry(qrt_session *s, const qrt_graph_entry *key) 
 }
 
 typedef void (*graph_body)(qrt_session *s, const void *arg);
+
+/* Record body into g's graph (recording runs nothing). */
+static void record_graph(qrt_session *s, qrt_graph_entry *g, graph_body body, const void *arg) {
+    const qrt_backend *be = s->m->be;
+    if (!be->graph_begin(s->max_ctx)) return;
+    body(s, arg);
+    g->graph = be->graph_end();
+    g->epoch = be->graph_epoch();
+    s->graph_be = be;
+    s->gstats.records++;
+    if (g->graph) s->gstats.graphs++;
+    else s->graphs_on = 0; /* recording failed (the backend said why on stderr): this session runs plainly */
+}
 
 /* body(s, arg): one forward at position pos over the T host ids (T = 0: none, and no position), which reads them
  * only through be->embed and be->attn_prep / be->attention and changes no host state. Run by replaying key's
@@ -535,15 +550,7 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
                 s->gstats.graphs--;
             }
     }
-    if (!g->graph && g->runs > 0 && be->graph_begin(s->max_ctx)) {
-        body(s, arg); /* recorded, not run */
-        g->graph = be->graph_end();
-        g->epoch = be->graph_epoch();
-        s->graph_be = be;
-        s->gstats.records++;
-        if (g->graph) s->gstats.graphs++;
-        else s->graphs_on = 0; /* recording failed (the backend said why on stderr): this session runs plainly */
-    }
+    if (!g->graph && g->runs > 0) record_graph(s, g, body, arg); /* retired above: its warm-up is done */
     if (g->graph) {
         be->graph_launch(g->graph, pos, ids, T);
         s->gstats.replays++;
@@ -552,6 +559,9 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
     body(s, arg);
     g->runs++;
     s->gstats.plain++;
+    /* recorded right after its warm-up, so that the first generation leaves every key it met recorded and the
+     * next ones (bench's timed reps) record nothing */
+    if (s->graphs_on) record_graph(s, g, body, arg);
 }
 
 /* ---------------------------------------------------------------------------------------------------
@@ -683,12 +693,12 @@ static void piece_body(qrt_session *s, const void *arg) {
 }
 
 /* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
- * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. A greedy call of at most
- * QRT_GRAPH_MAX_T tokens is one piece (idx[k] = k) and runs through its graph. */
+ * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. A greedy decode step or verify
+ * (T ≤ QRT_GRAPH_MAX_T, one piece, so idx[k] = k) runs through its graph. */
 static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
                           int n_rows, const row_out *out) {
     const piece_args a = {ids, rows, idx, T, n_rows, out};
-    if (out->picks && T <= QRT_GRAPH_MAX_T) {
+    if (out->picks && T <= QRT_GRAPH_MAX_T && (T == 1 || n_rows == T)) { /* a decode step or a verify */
         qrt_graph_entry key = {.kind = QRT_GRAPH_MAIN, .T = T, .recording = s->recording};
         for (int k = 0; k < n_rows; k++) key.rows |= 1u << rows[k];
         run_graphed(s, &key, s->pos, ids, T, piece_body, &a);
@@ -830,7 +840,7 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
                      int32_t *pick) {
     QRT_ASSERT(s->m->mtp.present && T >= 1 && T <= QRT_MAX_T && pos0 + T <= s->max_ctx);
     const mtp_args a = {h, tokens, T, pos0, logits, pick ? s->sc.picks : NULL};
-    if (pick && !logits && T <= QRT_GRAPH_MAX_T) { /* a draft step or a catch-up of greedy decoding */
+    if (pick && !logits && T <= QRT_MAX_VERIFY) { /* a draft step or a catch-up of greedy decoding */
         const qrt_graph_entry key = {.kind = QRT_GRAPH_MTP, .T = T, .h = h};
         run_graphed(s, &key, pos0, tokens, T, mtp_body, &a);
     } else {

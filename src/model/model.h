@@ -110,17 +110,19 @@ typedef struct {
     int recording;     /* MAIN: a verify (GDN inputs recorded for rollback) */
     uint32_t rows;     /* MAIN: the requested rows, bit r for row r */
     const float *h;    /* MTP: the hidden rows read */
-    int runs;          /* plain runs of this key so far: the first is its warm-up */
+    int runs;          /* plain runs of this key so far: the first is its warm-up, recorded right after */
     unsigned epoch;    /* the backend's graph epoch when recorded */
     void *graph;       /* the backend's graph; NULL until recorded */
 } qrt_graph_entry;
 enum { QRT_GRAPH_MAIN = 1, QRT_GRAPH_MTP, QRT_GRAPH_ROLLBACK };
-#define QRT_GRAPH_SLOTS 64
+/* Keys one session can hold: decode, verify per K, MTP draft step per hidden row and catch-up per T, rollback per
+ * n_keep: at most 1 + 17 + 18 + 17 + 16 for K ≤ 16. */
+#define QRT_GRAPH_SLOTS 96
 
 /* What the graph cache holds and did (qwenrt bench prints it; it must not grow during timed runs). */
 typedef struct {
     int graphs;             /* recorded graphs held now */
-    int64_t records;        /* recordings made (a key's second run, or again after the epoch moved) */
+    int64_t records;        /* recordings made (after a key's warm-up, or again after the epoch moved) */
     int64_t replays;        /* forwards run by replaying a graph */
     int64_t plain;          /* graph-eligible forwards run plainly (warm-ups; graphs off) */
 } qrt_graph_stats;

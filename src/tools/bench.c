@@ -539,8 +539,8 @@ static int run(bench *b) {
         printf("# graph cache: off (QRT_CUDA_GRAPHS=0; kernels are launched one by one)\n");
     else
         printf("# graph cache: CUDA graphs of the greedy decode step (T=1), the verify (T=K+1), the MTP draft step and "
-               "catch-up, the rollback, one per key, recorded on its second run and replayed at every position "
-               "(QRT_CUDA_GRAPHS=0: off); prefill and the profiled generation run plainly\n");
+               "catch-up, the rollback, one per key, recorded after its first (plain) run and replayed at every "
+               "position (QRT_CUDA_GRAPHS=0: off); prefill and the profiled generation run plainly\n");
     fflush(stdout);
     /* the rows */
     row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);
