@@ -476,9 +476,9 @@ int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
  * A rollback after a partial accept (the GDN layers' re-run of the kept steps) is recorded per n_keep the same way.
  *
  * A key runs plainly the first time: the warm-up, in which the NVFP4 autotuner times new shapes and scratch
- * buffers grow, neither of which a recording may do; it is recorded right after, and every later run is a
- * replay. A recording is retired when the backend's epoch moves (a scratch buffer it points at was reallocated;
- * the key is then recorded again at once, its warm-up done). The results are the plain run's bits: the same
+ * buffers grow, neither of which a recording may do; it is recorded right after (from the key alone,
+ * record_key), and every later run is a replay. When the backend's epoch moves (a scratch buffer that recordings
+ * point at was reallocated), every recording made before is made again. The results are the plain run's bits: the same
  * kernels on the same buffers, attention's chunking depending only on each token's position. Only greedy
  * forwards (picks, not logits) of the decode loop's shapes are recorded: the main model on one token or on up to
  * QRT_GRAPH_MAX_T with every row requested (a verify), the MTP on up to QRT_MAX_VERIFY. Prefill (one requested
@@ -512,28 +512,17 @@ static qrt_graph_entry *graph_entry(qrt_session *s, const qrt_graph_entry *key) 
     if (s->n_graphs == QRT_GRAPH_SLOTS) return NULL; /* more keys than K ≤ 16 makes: the rest run plainly */
     qrt_graph_entry *g = &s->graphs[s->n_graphs++];
     *g = *key;
-    g->runs = 0, g->graph = NULL;
+    g->graph = NULL;
     return g;
 }
 
 typedef void (*graph_body)(qrt_session *s, const void *arg);
 
-/* Record body into g's graph (recording runs nothing). */
-static void record_graph(qrt_session *s, qrt_graph_entry *g, graph_body body, const void *arg) {
-    const qrt_backend *be = s->m->be;
-    if (!be->graph_begin(s->max_ctx)) return;
-    body(s, arg);
-    g->graph = be->graph_end();
-    g->epoch = be->graph_epoch();
-    s->graph_be = be;
-    s->gstats.records++;
-    if (g->graph) s->gstats.graphs++;
-    else s->graphs_on = 0; /* recording failed (the backend said why on stderr): this session runs plainly */
-}
+static void record_key(qrt_session *s, qrt_graph_entry *g); /* after the forwards it records */
 
 /* body(s, arg): one forward at position pos over the T host ids (T = 0: none, and no position), which reads them
  * only through be->embed and be->attn_prep / be->attention and changes no host state. Run by replaying key's
- * graph, by recording it, or plainly (see above). */
+ * graph, or plainly and then recorded (see above). */
 static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, const int32_t *ids, int T,
                         graph_body body, const void *arg) {
     const qrt_backend *be = s->m->be;
@@ -542,26 +531,28 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
         body(s, arg);
         return;
     }
-    if (g->graph && g->epoch != be->graph_epoch()) { /* a buffer moved: retire every recording made before */
-        for (int i = 0; i < s->n_graphs; i++)
-            if (s->graphs[i].graph && s->graphs[i].epoch != be->graph_epoch()) {
-                be->graph_free(s->graphs[i].graph);
-                s->graphs[i].graph = NULL;
-                s->gstats.graphs--;
-            }
+    if (g->graph && g->epoch != be->graph_epoch()) {
+        /* a buffer moved: record every graph made before again now (their warm-ups are done), so that keys met
+         * once per generation (the first draft step after a prefill) do not wait for their next use */
+        for (int i = 0; i < s->n_graphs && s->graphs_on; i++) {
+            qrt_graph_entry *e = &s->graphs[i];
+            if (!e->graph || e->epoch == be->graph_epoch()) continue;
+            be->graph_free(e->graph);
+            e->graph = NULL;
+            s->gstats.graphs--;
+            record_key(s, e);
+        }
     }
-    if (!g->graph && g->runs > 0) record_graph(s, g, body, arg); /* retired above: its warm-up is done */
     if (g->graph) {
         be->graph_launch(g->graph, pos, ids, T);
         s->gstats.replays++;
         return;
     }
     body(s, arg);
-    g->runs++;
     s->gstats.plain++;
     /* recorded right after its warm-up, so that the first generation leaves every key it met recorded and the
      * next ones (bench's timed reps) record nothing */
-    if (s->graphs_on) record_graph(s, g, body, arg);
+    if (s->graphs_on) record_key(s, g);
 }
 
 /* ---------------------------------------------------------------------------------------------------
@@ -847,6 +838,37 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
         mtp_body(s, &a);
     }
     if (pick) s->m->be->download(pick, s->sc.picks, sizeof *pick);
+}
+
+/* Record g's forward from its key alone: the body's other inputs, the position and the ids, are read from the
+ * backend's step slot while recording (the host ids given here are never read). */
+static void record_key(qrt_session *s, qrt_graph_entry *g) {
+    static const int32_t no_ids[QRT_GRAPH_MAX_T];
+    const qrt_backend *be = s->m->be;
+    if (!be->graph_begin(s->max_ctx)) return;
+    if (g->kind == QRT_GRAPH_MAIN) {
+        int32_t rows[QRT_GRAPH_MAX_T], idx[QRT_GRAPH_MAX_T], host_pick;
+        int n = 0;
+        for (int r = 0; r < g->T; r++)
+            if (g->rows >> r & 1) rows[n] = r, idx[n] = n, n++;
+        const row_out out = {NULL, &host_pick}; /* picks stay in sc->picks; the caller downloads them */
+        const piece_args a = {no_ids, rows, idx, g->T, n, &out};
+        const int verify = s->recording;
+        s->recording = g->recording;
+        piece_body(s, &a);
+        s->recording = verify;
+    } else if (g->kind == QRT_GRAPH_MTP) {
+        const mtp_args a = {g->h, no_ids, g->T, 0, NULL, s->sc.picks};
+        mtp_body(s, &a);
+    } else {
+        rollback_body(s, &g->T);
+    }
+    g->graph = be->graph_end();
+    g->epoch = be->graph_epoch();
+    s->graph_be = be;
+    s->gstats.records++;
+    if (g->graph) s->gstats.graphs++;
+    else s->graphs_on = 0; /* recording failed (the backend said why on stderr): this session runs plainly */
 }
 
 qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *logits) {

@@ -110,7 +110,6 @@ typedef struct {
     int recording;     /* MAIN: a verify (GDN inputs recorded for rollback) */
     uint32_t rows;     /* MAIN: the requested rows, bit r for row r */
     const float *h;    /* MTP: the hidden rows read */
-    int runs;          /* plain runs of this key so far: the first is its warm-up, recorded right after */
     unsigned epoch;    /* the backend's graph epoch when recorded */
     void *graph;       /* the backend's graph; NULL until recorded */
 } qrt_graph_entry;
@@ -122,7 +121,7 @@ enum { QRT_GRAPH_MAIN = 1, QRT_GRAPH_MTP, QRT_GRAPH_ROLLBACK };
 /* What the graph cache holds and did (qwenrt bench prints it; it must not grow during timed runs). */
 typedef struct {
     int graphs;             /* recorded graphs held now */
-    int64_t records;        /* recordings made (after a key's warm-up, or again after the epoch moved) */
+    int64_t records;        /* recordings made (after a key's warm-up run, and again after the epoch moved) */
     int64_t replays;        /* forwards run by replaying a graph */
     int64_t plain;          /* graph-eligible forwards run plainly (warm-ups; graphs off) */
 } qrt_graph_stats;
