@@ -3,7 +3,10 @@
  * (gen_long after the 130-token prompt, gen_short after the 5-token one; 40 tokens each), and report how
  * far the first-step logits are from HF's. On the model with an MTP head, speculative decoding at K = 1..8
  * must give the same tokens, also with drafts forced to agree (full accepts) or to fail at every position
- * (rollback at each j) on the GPU. Exit 77 (CTest SKIP) when there is no GPU. */
+ * (rollback at each j) on the GPU. CUDA graphs (on by default) must give exactly the tokens of plain launches
+ * (QRT_CUDA_GRAPHS=0's path), in plain greedy decoding and speculative at several K, over positions that cross
+ * attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must actually be
+ * replayed. Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <string.h>
 
@@ -109,6 +112,95 @@ static void run_spec_cases(qrt_model *m, const qrt_st_set *ref, const char *mode
     if (!bad) printf("ok   %-10s speculative K=1..8, own/forced/failing drafts: %d runs equal greedy\n", model, runs);
 }
 
+/* Greedy generation of n_new tokens after prompt (spec_k K, drafts forced by f when not NULL) in a fresh session of
+ * max_ctx, graphs on or off; the cache's counters to *gs. With graphs, a second generation after a reset must give
+ * the same tokens while recording nothing (the first one left every key recorded). 0 on failure. */
+static int generate_with(qrt_model *m, const int32_t *prompt, int n, int n_new, int K, forced *f, int graphs,
+                         int max_ctx, int32_t *out, qrt_graph_stats *gs) {
+    qrt_session *s = NULL;
+    qrt_gen_stats st;
+    qrt_gen_opts go = {.max_new = n_new, .stop_eos = 0, .spec_k = K, .draft_hook = f ? forced_draft : NULL,
+                       .draft_user = f};
+    int ok = qrt_session_new(m, max_ctx, &s) == QRT_OK;
+    if (ok) {
+        qrt_session_set_graphs(s, graphs);
+        ok = qrt_generate(s, prompt, n, &go, out, &st) == QRT_OK;
+        qrt_session_graph_stats(s, gs);
+    }
+    if (ok && graphs) {
+        int32_t *again = malloc(sizeof(int32_t) * n_new);
+        qrt_graph_stats g2;
+        qrt_session_reset(s);
+        ok = qrt_generate(s, prompt, n, &go, again, &st) == QRT_OK;
+        qrt_session_graph_stats(s, &g2);
+        if (ok && (memcmp(again, out, sizeof(int32_t) * n_new) || g2.records != gs->records || g2.plain != gs->plain)) {
+            printf("FAIL second generation with graphs: %s, %lld recordings and %lld plain forwards more\n",
+                   memcmp(again, out, sizeof(int32_t) * n_new) ? "other tokens" : "same tokens",
+                   (long long)(g2.records - gs->records), (long long)(g2.plain - gs->plain));
+            ok = 0;
+        }
+        free(again);
+    } else if (!ok) {
+        printf("FAIL generation: %s\n", qrt_last_error());
+    }
+    qrt_session_free(s);
+    return ok;
+}
+
+/* Graph replays against plain launches: the prompt repeated to n tokens, n_new greedy tokens, at K = 0 and (with an
+ * MTP head) K = 1, 3, 6 with the MTP's own drafts and with drafts failing at the second position. */
+static void run_graph_cases(qrt_model *m, const qrt_st_set *ref, const char *model, int n, int n_new) {
+    const qrt_st_tensor *pt = need(ref, "gen_prompt_long", QRT_DT_I32);
+    if (!pt) return;
+    int32_t *prompt = malloc(sizeof(int32_t) * n), *plain = malloc(sizeof(int32_t) * n_new);
+    int32_t *got = malloc(sizeof(int32_t) * n_new);
+    for (int i = 0; i < n; i++) prompt[i] = ((const int32_t *)pt->data)[i % pt->shape[0]];
+    const int max_ctx = n + n_new + QRT_SPEC_MAX_K + 2;
+    const int ks[] = {0, 1, 3, 6};
+    int bad = 0, runs = 0;
+    int64_t replays = 0;
+    qrt_graph_stats gs;
+    /* the reference: plain launches, no speculation */
+    if (!generate_with(m, prompt, n, n_new, 0, NULL, 0, max_ctx, plain, &gs) || gs.replays || gs.graphs) {
+        printf("FAIL %-10s graphs: the plain run (graphs off) replayed %lld graphs\n", model, (long long)gs.replays);
+        failures++;
+        goto out;
+    }
+    for (int i = 0; i < 4; i++) {
+        const int K = ks[i];
+        if (K && !m->mtp.present) break;
+        for (int brk = -1; brk <= (K ? 2 : -1); brk += 3) { /* -1: own drafts; 2: the second draft fails */
+            forced f = {plain, n, n_new, brk, qrt_model_vocab(m)};
+            for (int graphs = 0; graphs <= 1; graphs++) {
+                if (!K && !graphs) continue; /* that is the reference */
+                runs++;
+                if (!generate_with(m, prompt, n, n_new, K, brk >= 0 ? &f : NULL, graphs, max_ctx, got, &gs)) {
+                    bad++;
+                    continue;
+                }
+                int first_bad = -1;
+                for (int t = 0; t < n_new && first_bad < 0; t++)
+                    if (got[t] != plain[t]) first_bad = t;
+                if (first_bad >= 0 || (graphs && !gs.replays) || (!graphs && gs.replays)) {
+                    printf("FAIL %-10s prompt %d, K=%d drafts %d, graphs %s: token %d is %d, plain decoding has %d "
+                           "(%lld replays, %lld recordings)\n", model, n, K, brk, graphs ? "on" : "off", first_bad,
+                           first_bad >= 0 ? got[first_bad] : 0, first_bad >= 0 ? plain[first_bad] : 0,
+                           (long long)gs.replays, (long long)gs.records);
+                    bad++;
+                }
+                if (graphs) replays += gs.replays;
+            }
+        }
+    }
+    failures += bad;
+    if (!bad)
+        printf("ok   %-10s graphs: prompt %d + %d tokens, %d runs (K=0%s, graphs on/off) equal plain decoding, %lld "
+               "replays\n", model, n, n_new, runs, m->mtp.present ? ",1,3,6, own/failing drafts" : "",
+               (long long)replays);
+out:
+    free(prompt), free(plain), free(got);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_cuda_model DATA_DIR [cpu]   (cpu: run the same checks on the CPU backend)\n");
@@ -134,6 +226,11 @@ int main(int argc, char **argv) {
             run_case(m, &ref, models[i], "long");
             run_case(m, &ref, models[i], "short");
             if (m->mtp.present) run_spec_cases(m, &ref, models[i]);
+            if (device == QRT_DEVICE_CUDA) {
+                /* positions 130..330 cross nine chunk boundaries; 2030..2090 the change of chunk length at 2048 */
+                run_graph_cases(m, &ref, models[i], 130, 200);
+                run_graph_cases(m, &ref, models[i], 2030, 60);
+            }
         }
         qrt_st_close(&ref);
         qrt_model_free(m);

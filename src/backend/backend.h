@@ -1,7 +1,8 @@
-/* The backend interface: one function pointer per op, explicit pointers and dimensions, no graph.
+/* The backend interface: one function pointer per op, explicit pointers and dimensions.
  * model.c writes the forward pass once against this table; the CPU backend is the reference and the
  * CUDA backend implements the same ops. Pointers are backend memory (host memory on the CPU).
- * Activations are f32. Shapes use the letters of util/common.h. */
+ * Activations are f32. Shapes use the letters of util/common.h. A backend may also record a run of ops
+ * as a graph and replay it (the graph_* hooks at the end; CUDA graphs on the GPU, none on the CPU). */
 #ifndef QRT_BACKEND_H
 #define QRT_BACKEND_H
 #include "model/weights.h"
@@ -86,7 +87,27 @@ typedef struct qrt_backend {
      * r, the first index of its largest value. NaN is never chosen over a number, except that a row starting with NaN
      * gives 0 (qrt_argmax's scan keeps its first element then). */
     void (*argmax)(const float *x /* [rows][n] */, int rows, int n, int32_t *out /* [rows] */);
+
+    /* Graphs (NULL on backends without them). Between graph_begin and graph_end the ops are recorded, not run,
+     * and while recording the two per-step inputs are read from the backend's step slot instead of the
+     * arguments: embed's token ids (the host ids are not read; T must be ≤ QRT_GRAPH_MAX_T) and the position
+     * pos0 of attn_prep and attention, whose grids are then sized for every position below max_pos. graph_launch
+     * writes (pos, ids) into the slot and replays the graph, so one graph serves every position. Everything
+     * else a recorded op is given (pointers, T, shapes) is baked into the graph: the caller keys its graphs on
+     * those. Recording must not allocate or synchronize: run the same ops once unrecorded first (the NVFP4
+     * autotuner and the grow-on-demand scratch buffers do their work on a shape's first call). Downloads go
+     * after the replay, never inside. */
+    int (*graph_begin)(int max_pos);  /* 1: recording; 0: cannot (error cleared), run the ops plainly */
+    void *(*graph_end)(void);         /* the graph, ready to launch; NULL when recording failed */
+    void (*graph_launch)(void *graph, int pos, const int32_t *ids, int T); /* T = 0: no step inputs */
+    void (*graph_free)(void *graph);
+    /* Changes whenever a device buffer that a recorded op may have baked in has moved (a grow-on-demand
+     * scratch buffer reallocated): graphs recorded under another value must not be launched. */
+    unsigned (*graph_epoch)(void);
 } qrt_backend;
+
+/* Most token ids a recorded forward reads from the step slot (decode T = 1, a verify T = K + 1 ≤ 17). */
+#define QRT_GRAPH_MAX_T 32
 
 const qrt_backend *qrt_backend_cpu(void);
 void qrt_cpu_set_threads(int n);

@@ -432,12 +432,17 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     }
     carve_assign(cv, n, s->arena);
     free(cv);
+    const char *g = getenv("QRT_CUDA_GRAPHS");
+    s->graphs_on = !(g && !strcmp(g, "0"));
     *out = s;
     return QRT_OK;
 }
 
+static void drop_graphs(qrt_session *s);
+
 void qrt_session_free(qrt_session *s) {
     if (!s) return;
+    drop_graphs(s);
     if (s->arena) s->m->be->free(s->arena);
     free(s->ls);
     free(s);
@@ -457,6 +462,98 @@ void qrt_session_reset(qrt_session *s) {
 }
 
 int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
+
+/* ---------------------------------------------------------------------------------------------------
+ * Graphs. A decode loop runs the same few forwards over and over, only the position and the token ids
+ * changing: the main model on one token (greedy decode), on K+1 (a verify), the MTP head on one token (a
+ * draft step) or on the j+1 accepted ones (its catch-up). On a backend with graphs each such forward is
+ * recorded once and replayed: ~720 kernel launches become one graph launch. The backend reads the position
+ * and the ids of a recorded forward from its step slot (backend.h), so a graph serves every position; the
+ * key (qrt_graph_entry) holds the rest of what the recording baked in: which forward, T, the requested rows,
+ * whether GDN inputs are recorded, the hidden rows the MTP reads. Everything else it touches is the session's
+ * (fixed for its life) or the model's.
+ *
+ * A rollback after a partial accept (the GDN layers' re-run of the kept steps) is recorded per n_keep the same way.
+ *
+ * A key runs plainly the first time: the warm-up, in which the NVFP4 autotuner times new shapes and scratch
+ * buffers grow, neither of which a recording may do; it is recorded right after (from the key alone,
+ * record_key), and every later run is a replay. When the backend's epoch moves (a scratch buffer that recordings
+ * point at was reallocated), every recording made before is made again. The results are the plain run's bits: the same
+ * kernels on the same buffers, attention's chunking depending only on each token's position. Only greedy
+ * forwards (picks, not logits) of the decode loop's shapes are recorded: the main model on one token or on up to
+ * QRT_GRAPH_MAX_T with every row requested (a verify), the MTP on up to QRT_MAX_VERIFY. Prefill (one requested
+ * row; the MTP's longer pieces) and sampling (the logits download and the host's sampling would sit inside) run
+ * plainly. */
+
+static void drop_graphs(qrt_session *s) {
+    for (int i = 0; i < s->n_graphs; i++)
+        if (s->graphs[i].graph) s->graph_be->graph_free(s->graphs[i].graph);
+    s->n_graphs = 0;
+    s->gstats.graphs = 0;
+}
+
+void qrt_session_set_graphs(qrt_session *s, int on) {
+    if (!on) drop_graphs(s);
+    s->graphs_on = on;
+}
+
+void qrt_session_graph_stats(const qrt_session *s, qrt_graph_stats *out) { *out = s->gstats; }
+
+/* The cache entry for key (made, not yet run, when new); NULL when graphs cannot be used. */
+static qrt_graph_entry *graph_entry(qrt_session *s, const qrt_graph_entry *key) {
+    const qrt_backend *be = s->m->be;
+    if (!s->graphs_on || !be->graph_begin || (s->graph_be && s->graph_be != be)) return NULL;
+    for (int i = 0; i < s->n_graphs; i++) {
+        qrt_graph_entry *g = &s->graphs[i];
+        if (g->kind == key->kind && g->T == key->T && g->recording == key->recording && g->rows == key->rows &&
+            g->h == key->h)
+            return g;
+    }
+    if (s->n_graphs == QRT_GRAPH_SLOTS) return NULL; /* more keys than K ≤ 16 makes: the rest run plainly */
+    qrt_graph_entry *g = &s->graphs[s->n_graphs++];
+    *g = *key;
+    g->graph = NULL;
+    return g;
+}
+
+typedef void (*graph_body)(qrt_session *s, const void *arg);
+
+static void record_key(qrt_session *s, qrt_graph_entry *g); /* after the forwards it records */
+
+/* body(s, arg): one forward at position pos over the T host ids (T = 0: none, and no position), which reads them
+ * only through be->embed and be->attn_prep / be->attention and changes no host state. Run by replaying key's
+ * graph, or plainly and then recorded (see above). */
+static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, const int32_t *ids, int T,
+                        graph_body body, const void *arg) {
+    const qrt_backend *be = s->m->be;
+    qrt_graph_entry *g = graph_entry(s, key);
+    if (!g) {
+        body(s, arg);
+        return;
+    }
+    if (g->graph && g->epoch != be->graph_epoch()) {
+        /* a buffer moved: record every graph made before again now (their warm-ups are done), so that keys met
+         * once per generation (the first draft step after a prefill) do not wait for their next use */
+        for (int i = 0; i < s->n_graphs && s->graphs_on; i++) {
+            qrt_graph_entry *e = &s->graphs[i];
+            if (!e->graph || e->epoch == be->graph_epoch()) continue;
+            be->graph_free(e->graph);
+            e->graph = NULL;
+            s->gstats.graphs--;
+            record_key(s, e);
+        }
+    }
+    if (g->graph) {
+        be->graph_launch(g->graph, pos, ids, T);
+        s->gstats.replays++;
+        return;
+    }
+    body(s, arg);
+    s->gstats.plain++;
+    /* recorded right after its warm-up, so that the first generation leaves every key it met recorded and the
+     * next ones (bench's timed reps) record nothing */
+    if (s->graphs_on) record_key(s, g);
+}
 
 /* ---------------------------------------------------------------------------------------------------
  * Forward pass (MODEL.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
@@ -562,21 +659,42 @@ typedef struct {
     int32_t *picks;
 } row_out;
 
-/* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
- * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. */
-static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
-                          int n_rows, const row_out *out) {
+/* A forward piece's arguments (forward_piece). */
+typedef struct {
+    const int32_t *ids, *rows, *idx;
+    int T, n_rows;
+    const row_out *out;
+} piece_args;
+
+static void piece_body(qrt_session *s, const void *arg) {
+    const piece_args *a = arg;
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
-    m->be->embed(&m->embed, ids, T, sc->h);
-    decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, T, m->final_norm, sc->hfinal);
+    m->be->embed(&m->embed, a->ids, a->T, sc->h);
+    decoder_stack(s, m->layers, c->layer_kind, s->ls, c->n_layers, s->pos, a->T, m->final_norm, sc->hfinal);
     /* runs of consecutive rows (a verify's K + 1) share one lm_head matmul; their idx are consecutive too */
-    for (int k = 0, r; k < n_rows; k += r) {
-        for (r = 1; k + r < n_rows && r < QRT_MAX_VERIFY && rows[k + r] == rows[k] + r;) r++;
-        lm_head(s, sc->hfinal + (size_t)rows[k] * D, r, out->logits ? out->logits + (size_t)idx[k] * c->vocab : NULL,
-                out->picks ? sc->picks + idx[k] : NULL);
+    for (int k = 0, r; k < a->n_rows; k += r) {
+        for (r = 1; k + r < a->n_rows && r < QRT_MAX_VERIFY && a->rows[k + r] == a->rows[k] + r;) r++;
+        lm_head(s, sc->hfinal + (size_t)a->rows[k] * D, r,
+                a->out->logits ? a->out->logits + (size_t)a->idx[k] * c->vocab : NULL,
+                a->out->picks ? sc->picks + a->idx[k] : NULL);
+    }
+}
+
+/* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
+ * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. A greedy decode step or verify
+ * (T ≤ QRT_GRAPH_MAX_T, one piece, so idx[k] = k) runs through its graph. */
+static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
+                          int n_rows, const row_out *out) {
+    const piece_args a = {ids, rows, idx, T, n_rows, out};
+    if (out->picks && T <= QRT_GRAPH_MAX_T && (T == 1 || n_rows == T)) { /* a decode step or a verify */
+        qrt_graph_entry key = {.kind = QRT_GRAPH_MAIN, .T = T, .recording = s->recording};
+        for (int k = 0; k < n_rows; k++) key.rows |= 1u << rows[k];
+        run_graphed(s, &key, s->pos, ids, T, piece_body, &a);
+    } else {
+        piece_body(s, &a);
     }
     s->pos += T;
 }
@@ -644,25 +762,32 @@ void qrt_session_begin_verify(qrt_session *s) {
     s->recording = 1;
 }
 
-void qrt_session_rollback(qrt_session *s, int n_keep) {
+/* Every GDN layer back to its snapshot, then the first n_keep recorded steps again. */
+static void rollback_body(qrt_session *s, const void *arg) {
+    const int n_keep = *(const int *)arg;
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
+    const int Hv = c->gdn_v_heads, cd = m->conv_dim;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
+        const qrt_layer *l = &m->layers[i];
+        qrt_layer_state *ls = &s->ls[i];
+        be->copy(ls->S, ls->S_snap, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
+        be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
+        /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
+        be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
+        /* only the state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
+        be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
+                c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
+    }
+}
+
+void qrt_session_rollback(qrt_session *s, int n_keep) {
     QRT_ASSERT(s->rec_T > 0 && n_keep >= 1 && n_keep <= s->rec_T && s->pos == s->rec_pos + s->rec_T);
-    if (n_keep < s->rec_T) {
-        const int Hv = c->gdn_v_heads, cd = m->conv_dim;
-        for (int i = 0; i < c->n_layers; i++) {
-            if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
-            const qrt_layer *l = &m->layers[i];
-            qrt_layer_state *ls = &s->ls[i];
-            be->copy(ls->S, ls->S_snap, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
-            be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
-            /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
-            be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
-            /* only the state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
-            be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
-                    c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
-        }
+    if (n_keep < s->rec_T) { /* no position, no ids: a graph per n_keep */
+        const qrt_graph_entry key = {.kind = QRT_GRAPH_ROLLBACK, .T = n_keep};
+        run_graphed(s, &key, 0, NULL, 0, rollback_body, &n_keep);
     }
     /* KV entries past the new position are simply overwritten later */
     s->pos = s->rec_pos + n_keep;
@@ -671,29 +796,79 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
 
 /* MODEL.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
  * out = mtp.norm(x). */
-void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
-                     int32_t *pick) {
+typedef struct {
+    const float *h;
+    const int32_t *tokens;
+    int T, pos0;
+    float *logits;
+    int32_t *picks; /* backend */
+} mtp_args;
+
+static void mtp_body(qrt_session *s, const void *arg) {
+    const mtp_args *a = arg;
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
     const qrt_mtp *mtp = &m->mtp;
     qrt_scratch *sc = &s->sc;
     const size_t D = (size_t)c->hidden;
-    QRT_ASSERT(mtp->present && T >= 1 && T <= QRT_MAX_T && pos0 + T <= s->max_ctx);
-    be->embed(&m->embed, tokens, T, sc->mtp_e);
+    const float *h = a->h;
+    const int T = a->T;
+    be->embed(&m->embed, a->tokens, T, sc->mtp_e);
     for (int t = 0; t < T; t++) {
         be->rmsnorm(sc->mtp_e + t * D, mtp->norm_emb, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D);
         be->rmsnorm(h + t * D, mtp->norm_hidden, 1, (int)D, c->rms_eps, sc->mtp_u + t * 2 * D + D);
     }
     be->matmul(&mtp->fc, sc->mtp_u, T, sc->h);
     const qrt_layer_kind full = QRT_LAYER_FULL;
-    decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, pos0, T, mtp->norm_out, sc->mtp_out);
+    decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, a->pos0, T, mtp->norm_out, sc->mtp_out);
     const float *last = sc->mtp_out + (size_t)(T - 1) * D;
-    if (logits) lm_head(s, last, 1, logits, NULL);
-    if (pick) {
-        lm_head(s, last, 1, NULL, sc->picks);
-        be->download(pick, sc->picks, sizeof *pick);
+    if (a->logits) lm_head(s, last, 1, a->logits, NULL);
+    if (a->picks) lm_head(s, last, 1, NULL, a->picks);
+}
+
+void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
+                     int32_t *pick) {
+    QRT_ASSERT(s->m->mtp.present && T >= 1 && T <= QRT_MAX_T && pos0 + T <= s->max_ctx);
+    const mtp_args a = {h, tokens, T, pos0, logits, pick ? s->sc.picks : NULL};
+    if (pick && !logits && T <= QRT_MAX_VERIFY) { /* a draft step or a catch-up of greedy decoding */
+        const qrt_graph_entry key = {.kind = QRT_GRAPH_MTP, .T = T, .h = h};
+        run_graphed(s, &key, pos0, tokens, T, mtp_body, &a);
+    } else {
+        mtp_body(s, &a);
     }
+    if (pick) s->m->be->download(pick, s->sc.picks, sizeof *pick);
+}
+
+/* Record g's forward from its key alone: the body's other inputs, the position and the ids, are read from the
+ * backend's step slot while recording (the host ids given here are never read). */
+static void record_key(qrt_session *s, qrt_graph_entry *g) {
+    static const int32_t no_ids[QRT_GRAPH_MAX_T];
+    const qrt_backend *be = s->m->be;
+    if (!be->graph_begin(s->max_ctx)) return;
+    if (g->kind == QRT_GRAPH_MAIN) {
+        int32_t rows[QRT_GRAPH_MAX_T], idx[QRT_GRAPH_MAX_T], host_pick;
+        int n = 0;
+        for (int r = 0; r < g->T; r++)
+            if (g->rows >> r & 1) rows[n] = r, idx[n] = n, n++;
+        const row_out out = {NULL, &host_pick}; /* picks stay in sc->picks; the caller downloads them */
+        const piece_args a = {no_ids, rows, idx, g->T, n, &out};
+        const int verify = s->recording;
+        s->recording = g->recording;
+        piece_body(s, &a);
+        s->recording = verify;
+    } else if (g->kind == QRT_GRAPH_MTP) {
+        const mtp_args a = {g->h, no_ids, g->T, 0, NULL, s->sc.picks};
+        mtp_body(s, &a);
+    } else {
+        rollback_body(s, &g->T);
+    }
+    g->graph = be->graph_end();
+    g->epoch = be->graph_epoch();
+    s->graph_be = be;
+    s->gstats.records++;
+    if (g->graph) s->gstats.graphs++;
+    else s->graphs_on = 0; /* recording failed (the backend said why on stderr): this session runs plainly */
 }
 
 qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *logits) {

@@ -101,6 +101,31 @@ typedef struct {
     float *rec_a, *rec_b;  /* [QRT_MAX_VERIFY][Hv] */
 } qrt_layer_state;
 
+/* One recorded forward of the decode loop (model.c, "Graphs"): the key is everything the recording baked in
+ * besides the step slot's position and token ids. */
+typedef struct {
+    int kind;          /* QRT_GRAPH_MAIN (qrt_forward_greedy), QRT_GRAPH_MTP (qrt_mtp_forward with a pick) or
+                        * QRT_GRAPH_ROLLBACK (qrt_session_rollback) */
+    int T;             /* tokens (ROLLBACK: n_keep) */
+    int recording;     /* MAIN: a verify (GDN inputs recorded for rollback) */
+    uint32_t rows;     /* MAIN: the requested rows, bit r for row r */
+    const float *h;    /* MTP: the hidden rows read */
+    unsigned epoch;    /* the backend's graph epoch when recorded */
+    void *graph;       /* the backend's graph; NULL until recorded */
+} qrt_graph_entry;
+enum { QRT_GRAPH_MAIN = 1, QRT_GRAPH_MTP, QRT_GRAPH_ROLLBACK };
+/* Keys one session can hold: decode, verify per K, MTP draft step per hidden row and catch-up per T, rollback per
+ * n_keep: at most 1 + 17 + 18 + 17 + 16 for K ≤ 16. */
+#define QRT_GRAPH_SLOTS 96
+
+/* What the graph cache holds and did (qwenrt bench prints it; it must not grow during timed runs). */
+typedef struct {
+    int graphs;             /* recorded graphs held now */
+    int64_t records;        /* recordings made (after a key's warm-up run, and again after the epoch moved) */
+    int64_t replays;        /* forwards run by replaying a graph */
+    int64_t plain;          /* graph-eligible forwards run plainly (warm-ups; graphs off) */
+} qrt_graph_stats;
+
 struct qrt_session {
     qrt_model *m;
     int32_t max_ctx;        /* C */
@@ -111,7 +136,19 @@ struct qrt_session {
     int rec_T, rec_pos;     /* tokens and start position of the last recorded forward */
     qrt_scratch sc;
     void *arena;            /* one backend allocation holding all of the above */
+    /* Graphs of the decode loop's forwards, valid for this session's buffers (kept across qrt_session_reset,
+     * which moves nothing). graphs_on: the backend records and replays them (QRT_CUDA_GRAPHS=0 turns it off). */
+    int graphs_on;
+    int n_graphs;
+    qrt_graph_entry graphs[QRT_GRAPH_SLOTS];
+    const qrt_backend *graph_be; /* the backend that recorded them (frees them) */
+    qrt_graph_stats gstats;
 };
+
+/* Graphs on (the default, unless QRT_CUDA_GRAPHS=0 in the environment when the session was made) or off; turning
+ * them off drops every recorded graph. A backend without graphs (the CPU) runs plainly either way. */
+void qrt_session_set_graphs(qrt_session *s, int on);
+void qrt_session_graph_stats(const qrt_session *s, qrt_graph_stats *out);
 
 /* Speculative decoding support (engine/spec.c). */
 /* The next qrt_forward (T ≤ QRT_MAX_VERIFY) is a verify: snapshot GDN state and record its inputs. */

@@ -295,6 +295,7 @@ typedef struct {
     int have_prof;
     qrt_opprof_result prof;
     double window_ms;
+    qrt_graph_stats g_warm, g_reps; /* the graph cache after the warmup; what the reps added to it */
 } row;
 
 static void print_rep(const bench *b, int i, const rep_result *r) {
@@ -329,6 +330,7 @@ static int run_row(bench *b, const int32_t *ids, int n, row *w) {
            w->prompt_name ? w->prompt_name : "", b->reps);
     fflush(stdout);
     if (!generate(b, ids, n, w->K, simulate, 0, &warm, NULL)) return 0;
+    qrt_session_graph_stats(b->s, &w->g_warm);
     w->identical = 1;
     for (int i = 0; i < b->reps; i++) {
         if (!generate(b, ids, n, w->K, simulate, 0, &w->reps[i], NULL)) return 0;
@@ -336,8 +338,16 @@ static int run_row(bench *b, const int32_t *ids, int n, row *w) {
         print_rep(b, i, &w->reps[i]);
         fflush(stdout);
     }
+    qrt_graph_stats g;
+    qrt_session_graph_stats(b->s, &g);
+    w->g_reps = (qrt_graph_stats){g.graphs - w->g_warm.graphs, g.records - w->g_warm.records,
+                                  g.replays - w->g_warm.replays, g.plain - w->g_warm.plain};
     printf("  output hashes of warmup and reps identical: %s %s\n", w->identical ? "yes" : "NO (nondeterminism!)",
            b->tags);
+    if (g.graphs || g.records)
+        printf("  graph cache: %d graphs after the warmup, %d after the reps (%s); reps: %lld replays, %lld recordings, "
+               "%lld plain forwards %s\n", w->g_warm.graphs, g.graphs, w->g_reps.records ? "GREW" : "did not grow",
+               (long long)w->g_reps.replays, (long long)w->g_reps.records, (long long)w->g_reps.plain, b->tags);
     w->ttft = median_of(w->reps, b->reps, f_ttft);
     w->dec = median_of(w->reps, b->reps, f_dec);
     w->tps = median_of(w->reps, b->reps, f_tps);
@@ -421,6 +431,11 @@ static json_t *row_json(const bench *b, const row *w) {
                                                ratio((double)g->full_accepts, (double)g->attempts),
                                                "chain_ms_per_cycle", w->chain, "verify_ms_per_cycle", w->verify,
                                                "cycle_ms", w->chain + w->verify, "accept_at", at));
+    json_object_set_new(j, "graphs", json_pack("{s:i, s:i, s:I, s:I, s:I}", "after_warmup", w->g_warm.graphs,
+                                               "after_reps", w->g_warm.graphs + w->g_reps.graphs, "records_in_reps",
+                                               (json_int_t)w->g_reps.records, "replays_in_reps",
+                                               (json_int_t)w->g_reps.replays, "plain_in_reps",
+                                               (json_int_t)w->g_reps.plain));
     if (w->have_prof) {
         json_t *cats = json_array();
         double total = 0;
@@ -517,8 +532,15 @@ static int run(bench *b) {
                "count; random weights cannot measure acceptance) [simulated AL]\n", b->sim_al);
     printf("# greedy, %d new tokens (eos ignored), 1 warmup + %d reps, median shown; backend %s; KV cache %s\n",
            b->n_new, b->reps, b->real_be->name, kv_words[b->kv]);
-    /* what a graph cache would show (it must not grow during timed reps): no backend captures graphs yet */
-    printf("# graph cache: none (kernels are launched one by one; no CUDA graphs are captured, so none can grow)\n");
+    /* the graph cache (it must not grow during timed reps: each row says so) */
+    if (!b->real_be->graph_begin)
+        printf("# graph cache: none (the %s backend has no graphs; ops run one by one)\n", b->real_be->name);
+    else if (!b->s->graphs_on)
+        printf("# graph cache: off (QRT_CUDA_GRAPHS=0; kernels are launched one by one)\n");
+    else
+        printf("# graph cache: CUDA graphs of the greedy decode step (T=1), the verify (T=K+1), the MTP draft step and "
+               "catch-up, the rollback, one per key, recorded after its first (plain) run and replayed at every "
+               "position (QRT_CUDA_GRAPHS=0: off); prefill and the profiled generation run plainly\n");
     fflush(stdout);
     /* the rows */
     row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);

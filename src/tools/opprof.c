@@ -111,6 +111,9 @@ const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
     if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
     timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm, timed.argmax = t_argmax;
+    /* each op is timed on its own: no graphs (a replay would run the ops without calling these wrappers) */
+    timed.graph_begin = NULL, timed.graph_end = NULL, timed.graph_launch = NULL, timed.graph_free = NULL;
+    timed.graph_epoch = NULL;
     return &timed;
 }
 

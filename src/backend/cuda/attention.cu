@@ -16,7 +16,10 @@
  *                             0, 1, ... and applies the gate.
  * Chunks: the token at position p attends to n = p + 1 keys, cut into chunks of att_chunk_keys(n) = max(32,
  * ceil(n / 64)) keys (at most 64 chunks). The cut depends only on n, never on T or on the call's other tokens, so
- * a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece. */
+ * a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece.
+ * Recorded into a CUDA graph, all three kernels read the position from the step slot (backend.cu) instead of
+ * their pos0 argument, and the chunk grid is sized for the session's longest context, so one graph serves every
+ * position with the same bits. */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -98,15 +101,17 @@ __device__ static void kv_put(void *cache, float *scales /* [C][Hkv] or NULL */,
 }
 
 /* Block (r, t): r < Hq the query of head r, then the Hkv keys, then the Hkv values, of token t. Every branch is
- * uniform over the block, so the barriers inside them are safe. */
+ * uniform over the block, so the barriers inside them are safe. pos_dev, when not NULL (a recorded graph), holds
+ * the position in place of pos0. */
 template <int F>
 __global__ void __launch_bounds__(128) attn_prep_rows(float *qg /* [T][Hq][2·Dh] */, const float *k /* [T][Hkv][Dh] */,
                                                       const float *v /* [T][Hkv][Dh] */, const float *q_norm /* [Dh] */,
-                                                      const float *k_norm /* [Dh] */, float eps, qrt_kv kv, int pos0,
-                                                      int Hq, int Hkv, int Dh, int R, float theta) {
+                                                      const float *k_norm /* [Dh] */, float eps, qrt_kv kv,
+                                                      const int *pos_dev, int pos0, int Hq, int Hkv, int Dh, int R,
+                                                      float theta) {
     __shared__ float row[ATT_MAX_DH];
     __shared__ float scratch[32];
-    const int r = blockIdx.x, t = blockIdx.y, pos = pos0 + t;
+    const int r = blockIdx.x, t = blockIdx.y, pos = (pos_dev ? *pos_dev : pos0) + t;
     if (r < Hq) {
         float *q = qg + ((size_t)t * Hq + r) * 2 * Dh; /* the query half of [query | gate] */
         norm_rotate(q, q_norm, Dh, eps, R, theta, pos, row, scratch);
@@ -129,14 +134,17 @@ void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *
     QRT_ASSERT(T > 0 && Hkv > 0 && Dh > 0 && Dh <= ATT_MAX_DH && R >= 0 && R <= Dh);
     const dim3 grid(Hq + 2 * Hkv, T);
     const float th = (float)theta;
+    int max_pos;
+    const int *pd = qrt_cuda_graph_pos(&max_pos);
     switch (kv->fmt) {
     case QRT_KV_F32:
-        attn_prep_rows<QRT_KV_F32><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+        attn_prep_rows<QRT_KV_F32><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
         break;
     case QRT_KV_BF16:
-        attn_prep_rows<QRT_KV_BF16><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+        attn_prep_rows<QRT_KV_BF16><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
         break;
-    default: attn_prep_rows<QRT_KV_FP8><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pos0, Hq, Hkv, Dh, R, th);
+    default:
+        attn_prep_rows<QRT_KV_FP8><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -153,16 +161,17 @@ __device__ __forceinline__ float kv_load(const void *base, const float *scales, 
     return (float)e * scales[row];
 }
 
-/* Block (h, tl, c): chunk c of token t0 + tl's keys for q-head h. */
+/* Block (h, tl, c): chunk c of token t0 + tl's keys for q-head h. pos_dev: as in attn_prep_rows. */
 template <int E, int F>
-__global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, int pos0, int t0,
-                                                       int Hq, int Hkv, int Dh, float *out /* [T][Hq][Dh] */,
+__global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv,
+                                                       const int *pos_dev, int pos0, int t0, int Hq, int Hkv, int Dh,
+                                                       float *out /* [T][Hq][Dh] */,
                                                        float *part /* scratch, att_o_at / att_ml_at */) {
     __shared__ float part_m[4], part_l[4];
     __shared__ float part_o[4][E * 32];
     const int h = blockIdx.x, tl = blockIdx.y, c = blockIdx.z, t = t0 + tl;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n = pos0 + t + 1, len = att_chunk_keys(n), nch = (n + len - 1) / len; /* causal: keys 0..pos */
+    const int n = (pos_dev ? *pos_dev : pos0) + t + 1, len = att_chunk_keys(n), nch = (n + len - 1) / len; /* causal: keys 0..pos */
     if (c >= nch) return; /* the whole block: this token has fewer chunks than the call's last one */
     const int j0 = c * len, j1 = min(n, j0 + len);
     const int g = h / (Hq / Hkv); /* q-head h reads kv-head h // group */
@@ -225,11 +234,11 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
 
 /* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order. */
 template <int E>
-__global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, int pos0, int t0, int Hq,
-                                                      int Dh, float *out /* [T][Hq][Dh] */,
+__global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, const int *pos_dev, int pos0,
+                                                      int t0, int Hq, int Dh, float *out /* [T][Hq][Dh] */,
                                                       const float *part /* scratch, att_o_at / att_ml_at */) {
     const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, lane = threadIdx.x;
-    const int nch = att_chunks(pos0 + t + 1);
+    const int nch = att_chunks((pos_dev ? *pos_dev : pos0) + t + 1);
     if (nch == 1) return; /* attention_chunk wrote it */
     float M = -INFINITY;
     for (int c = 0; c < nch; c++) M = fmaxf(M, part[att_ml_at(tl, h, c, Hq, Dh)]);
@@ -257,7 +266,8 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
 
 /* The chunk scratch, for ATT_SLICE tokens of the largest Hq·Dh seen. It is made at the first attention call,
  * which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a later model
- * with larger heads replaces it (cudaFree waits for the kernels that use the old one). */
+ * with larger heads replaces it (cudaFree waits for the kernels that use the old one; graphs recorded with the
+ * old one are retired by the epoch). */
 static float *att_part = NULL;
 static size_t att_part_floats = 0;
 
@@ -267,24 +277,38 @@ static float *attention_scratch(int Hq, int Dh) {
         if (att_part) QRT_CUDA_CHECK(cudaFree(att_part));
         QRT_CUDA_CHECK(cudaMalloc(&att_part, need * sizeof(float)));
         att_part_floats = need;
+        qrt_cuda_scratch_moved();
     }
     return att_part;
 }
 
+/* The most chunks of any token of a recorded call, whose positions are only known to be below max_pos: every
+ * n ≤ max_pos has at most min(64, ceil(max_pos / 32)) chunks (ceil(n / 32) up to 2048 keys, never more than 64
+ * after), and n = min(max_pos, 2048) reaches it. The blocks past a token's own count exit at once. */
+static int att_chunks_bound(int max_pos) {
+    return QRT_MIN(ATT_MAX_CHUNKS, (QRT_MAX(max_pos, 1) + ATT_CHUNK_KEYS - 1) / ATT_CHUNK_KEYS);
+}
+
+/* Recorded (pos_dev from the step slot), the grid covers every position below max_pos and the kernels take the
+ * position from the slot; a token computes the same chunks either way (they depend only on its n), so the
+ * recorded call's results are the plain call's bits. */
 template <int E, int F>
 static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     float *part = attention_scratch(Hq, Dh);
-    if (att_chunks_max(pos0, 0, T) == 1) { /* every token's keys are one chunk: one launch, no merge */
-        attention_chunk<E, F><<<dim3(Hq, T, 1), 128>>>(qg, *kv, pos0, 0, Hq, Hkv, Dh, out, part);
+    int max_pos = 0;
+    const int *pd = qrt_cuda_graph_pos(&max_pos);
+    if (pd ? att_chunks_bound(max_pos) == 1 : att_chunks_max(pos0, 0, T) == 1) {
+        /* every token's keys are one chunk: one launch, no merge */
+        attention_chunk<E, F><<<dim3(Hq, T, 1), 128>>>(qg, *kv, pd, pos0, 0, Hq, Hkv, Dh, out, part);
         QRT_CUDA_LAUNCHED();
         return;
     }
     for (int t0 = 0; t0 < T; t0 += ATT_SLICE) {
         const int Ts = QRT_MIN(ATT_SLICE, T - t0);
-        const dim3 grid(Hq, Ts, att_chunks_max(pos0, t0, Ts));
-        attention_chunk<E, F><<<grid, 128>>>(qg, *kv, pos0, t0, Hq, Hkv, Dh, out, part);
+        const dim3 grid(Hq, Ts, pd ? att_chunks_bound(max_pos) : att_chunks_max(pos0, t0, Ts));
+        attention_chunk<E, F><<<grid, 128>>>(qg, *kv, pd, pos0, t0, Hq, Hkv, Dh, out, part);
         QRT_CUDA_LAUNCHED();
-        attention_merge<E><<<dim3(Hq, Ts), 32>>>(qg, pos0, t0, Hq, Dh, out, part);
+        attention_merge<E><<<dim3(Hq, Ts), 32>>>(qg, pd, pos0, t0, Hq, Dh, out, part);
         QRT_CUDA_LAUNCHED();
     }
 }

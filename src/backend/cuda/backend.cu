@@ -1,4 +1,5 @@
-/* The CUDA backend's op table: memory (cudaMalloc, legacy default stream), weight upload, and the ops
+/* The CUDA backend's op table: memory (cudaMalloc, per-thread default stream), weight upload, CUDA graphs
+ * (record, replay, the step slot and the epoch; see the graph section below), and the ops
  * whose kernels live in the op-family files beside this one:
  *   matmul.cu       dense GEMV / tiled matmul, NVFP4 W4A16 variants + autotune
  *   norms.cu        rmsnorm, add + rmsnorm
@@ -17,6 +18,7 @@ extern "C" {
 }
 
 static int sync_every_launch = -1; /* QRT_CUDA_SYNC=1: synchronize after each launch to pin errors */
+static thread_local int recording = 0; /* this thread's stream is being captured into a graph */
 
 void qrt_cuda_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
@@ -24,7 +26,8 @@ void qrt_cuda_after_launch(const char *file, int line) {
         const char *s = getenv("QRT_CUDA_SYNC");
         sync_every_launch = s && *s && *s != '0';
     }
-    if (e == cudaSuccess && sync_every_launch) e = cudaDeviceSynchronize();
+    /* a recorded launch does not run (and a capture forbids synchronizing): its errors show at the replay */
+    if (e == cudaSuccess && sync_every_launch && !recording) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         fprintf(stderr, "qwenrt: CUDA kernel launch failed at %s:%d: %s\n", file, line, cudaGetErrorString(e));
         abort();
@@ -65,6 +68,8 @@ static void *cuda_alloc(size_t bytes) {
         return NULL;
     }
     QRT_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    /* finished before returning, so any thread's stream may use it (see cuda_internal.cuh) */
+    QRT_CUDA_CHECK(cudaDeviceSynchronize());
     return p;
 }
 static void cuda_free(void *p) {
@@ -76,6 +81,8 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
 static void cuda_zero(void *p, size_t bytes) { QRT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0)); }
 static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
     QRT_CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    /* uploads are load-time work: finished (with the weight preparation queued before) on return */
+    QRT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 static void cuda_download(void *host_dst, const void *src, size_t bytes) {
     QRT_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
@@ -146,11 +153,139 @@ static qrt_status cuda_prepare_linear(qrt_linear *w) {
     return QRT_OK;
 }
 
-/* embed takes host ids: they go through one device buffer, grown when a longer call comes. */
+/* ---- graphs -------------------------------------------------------------------------------------------
+ * A forward is recorded by stream capture of this thread's default stream and replayed with cudaGraphLaunch.
+ * What changes from one replay to the next lives in the step slot, a device array that graph_launch fills by
+ * one tiny kernel (its values passed by value, so no host buffer has to outlive the call) right before the
+ * replay: [0] the position, [1..] the token ids. Recorded embed / attn_prep / attention read it (their kernels
+ * take the slot's address; unrecorded they get NULL and use their arguments, so the plain path is unchanged).
+ *
+ * The epoch: a recorded kernel keeps the addresses it was given, including the grow-on-demand scratch buffers
+ * (attention's chunk scratch here, matmul.cu's x staging buffers). attention_scratch reports its moves
+ * (qrt_cuda_scratch_moved). matmul.cu's buffers are sized by (format, N, K, T) and only grow, so a matmul can
+ * move them only on a shape that no earlier call covers in every dimension: cuda_matmul notes the maximal
+ * shapes seen and moves the epoch on a new one (a stand-in until matmul.cu reports its own moves). Recording
+ * never meets such a shape: the model records a key only after running it once plainly. */
+
+#define STEP_IDS 1 /* slot index of the first token id */
+__device__ static int step_slot[STEP_IDS + QRT_GRAPH_MAX_T];
+static int *step_dev = NULL; /* its device address */
+static int graph_max_pos = 0;
+static unsigned epoch = 0;
+
+typedef struct {
+    int pos, n;
+    int32_t ids[QRT_GRAPH_MAX_T];
+} step_args;
+
+__global__ void set_step(step_args a) {
+    if (threadIdx.x == 0) step_slot[0] = a.pos;
+    if ((int)threadIdx.x < a.n) step_slot[STEP_IDS + threadIdx.x] = a.ids[threadIdx.x];
+}
+
+const int *qrt_cuda_graph_pos(int *max_pos) {
+    if (!recording) return NULL;
+    *max_pos = graph_max_pos;
+    return step_dev;
+}
+const int32_t *qrt_cuda_graph_ids(void) { return recording ? step_dev + STEP_IDS : NULL; }
+void qrt_cuda_scratch_moved(void) { epoch++; }
+
+static int cuda_graph_begin(int max_pos) {
+    if (!step_dev) QRT_CUDA_CHECK(cudaGetSymbolAddress((void **)&step_dev, step_slot));
+    /* thread-local mode: this thread may not allocate or synchronize while capturing (an error if it tries) */
+    if (cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    recording = 1;
+    graph_max_pos = max_pos;
+    return 1;
+}
+
+static void *cuda_graph_end(void) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    recording = 0;
+    cudaError_t e = cudaStreamEndCapture(cudaStreamPerThread, &g);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g); /* the executable graph keeps its own copy */
+    if (e != cudaSuccess) {
+        fprintf(stderr, "qwenrt: recording a CUDA graph failed (%s); running without it\n", cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    return x;
+}
+
+static void cuda_graph_launch(void *graph, int pos, const int32_t *ids, int T) {
+    QRT_ASSERT(T >= 0 && T <= QRT_GRAPH_MAX_T);
+    if (T) {
+        step_args a;
+        a.pos = pos, a.n = T;
+        memcpy(a.ids, ids, sizeof(int32_t) * (size_t)T);
+        set_step<<<1, QRT_GRAPH_MAX_T>>>(a);
+        QRT_CUDA_LAUNCHED();
+    }
+    QRT_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, cudaStreamPerThread));
+}
+
+static void cuda_graph_free(void *graph) {
+    if (graph) QRT_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
+static unsigned cuda_graph_epoch(void) { return epoch; }
+
+/* The maximal (format, N, K, T) matmul shapes run so far (no entry covers another in every dimension). */
+typedef struct {
+    int fmt, t;
+    int64_t n, k;
+} mm_shape;
+#define MM_SHAPES 64
+static mm_shape mm_seen[MM_SHAPES];
+static int mm_count = 0;
+
+static void note_matmul_shape(int fmt, int64_t n, int64_t k, int t) {
+    if (recording) return; /* a recorded key ran plainly before: nothing it does can grow a buffer */
+    int kept = 0;
+    for (int i = 0; i < mm_count; i++) {
+        const mm_shape *e = &mm_seen[i];
+        if (e->fmt == fmt && e->n >= n && e->k >= k && e->t >= t) return; /* covered: no buffer grows */
+        if (!(e->fmt == fmt && e->n <= n && e->k <= k && e->t <= t)) mm_seen[kept++] = *e; /* drop what it covers */
+    }
+    mm_count = kept < MM_SHAPES ? kept : 0; /* full: forget (costs only re-recording) */
+    mm_seen[mm_count++] = (mm_shape){fmt, t, n, k};
+    epoch++;
+}
+
+static void cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+    note_matmul_shape(W->fmt, W->n, W->k, T);
+    qrt_cuda_matmul(W, x, T, y);
+}
+
+static void cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    int64_t n = 0;
+    for (int i = 0; i < g->n; i++) {
+        note_matmul_shape(g->part[i]->fmt, g->part[i]->n, g->part[i]->k, T);
+        n += g->part[i]->n;
+    }
+    note_matmul_shape(g->part[0]->fmt, n, g->part[0]->k, T); /* the fused shape, when the parts are one matmul */
+    qrt_cuda_matmul_group(g, x, T, y);
+}
+
+/* ---- embed ---------------------------------------------------------------------------------------------- */
+
+/* embed takes host ids: they go through one device buffer, grown when a longer call comes (while recording, the
+ * step slot's ids instead). */
 static int32_t *ids_dev = NULL;
 static int ids_cap = 0;
 
 static void cuda_embed(const qrt_linear *E, const int32_t *ids, int T, float *out) {
+    if (const int32_t *slot = qrt_cuda_graph_ids()) {
+        QRT_ASSERT(T <= QRT_GRAPH_MAX_T);
+        qrt_cuda_embed(E, slot, T, out);
+        return;
+    }
     if (T > ids_cap) {
         cuda_free(ids_dev);
         ids_cap = T < 256 ? 256 : T;
@@ -178,9 +313,9 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->download = cuda_download;
         b->prepare_linear = cuda_prepare_linear;
         b->embed = cuda_embed;
-        b->matmul = qrt_cuda_matmul;
+        b->matmul = cuda_matmul;
         b->prepare_group = qrt_cuda_prepare_group;
-        b->matmul_group = qrt_cuda_matmul_group;
+        b->matmul_group = cuda_matmul_group;
         b->rmsnorm = qrt_cuda_rmsnorm;
         b->add_rmsnorm = qrt_cuda_add_rmsnorm;
         b->conv1d_silu = qrt_cuda_conv1d_silu;
@@ -189,6 +324,11 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->attention = qrt_cuda_attention;
         b->swiglu = qrt_cuda_swiglu;
         b->argmax = qrt_cuda_argmax;
+        b->graph_begin = cuda_graph_begin;
+        b->graph_end = cuda_graph_end;
+        b->graph_launch = cuda_graph_launch;
+        b->graph_free = cuda_graph_free;
+        b->graph_epoch = cuda_graph_epoch;
         b->name = "cuda";
     }
     return &cuda_backend;

@@ -1,6 +1,8 @@
 /* Shared by the CUDA backend's .cu files: error checks, launch helpers, number conversions, warp sums.
- * Every kernel runs on the legacy default stream, so ops execute in call order and a blocking download
- * sees every earlier op's result. */
+ * Every kernel runs on the calling thread's default stream (nvcc --default-stream per-thread, so that it can be
+ * captured into a CUDA graph), so one thread's ops execute in call order and a blocking download sees every
+ * earlier op's result. One session's ops must come from one thread at a time; alloc and upload finish before
+ * they return, so a model or session made on one thread can be used from another. */
 #ifndef QRT_CUDA_INTERNAL_CUH
 #define QRT_CUDA_INTERNAL_CUH
 #include <cuda_bf16.h>
@@ -74,6 +76,14 @@ __device__ __forceinline__ float block_max(float v, float *scratch) { return blo
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Graph recording (backend.cu, see the graph_* hooks in backend.h). While this thread records a graph, the
+ * device addresses of the step slot's position and token ids, and the bound on the positions the graph will be
+ * launched at (max_pos: attention sizes its grid for it); NULL when not recording. */
+const int *qrt_cuda_graph_pos(int *max_pos);
+const int32_t *qrt_cuda_graph_ids(void);
+/* A grow-on-demand device buffer has been reallocated: graphs recorded before may point at the old one. */
+void qrt_cuda_scratch_moved(void);
 
 /* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul.cu). */
 extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k);
