@@ -161,11 +161,9 @@ static qrt_status cuda_prepare_linear(qrt_linear *w) {
  * take the slot's address; unrecorded they get NULL and use their arguments, so the plain path is unchanged).
  *
  * The epoch: a recorded kernel keeps the addresses it was given, including the grow-on-demand scratch buffers
- * (attention's chunk scratch here, matmul.cu's x staging buffers). attention_scratch reports its moves
- * (qrt_cuda_scratch_moved). matmul.cu's buffers are sized by (format, N, K, T) and only grow, so a matmul can
- * move them only on a shape that no earlier call covers in every dimension: cuda_matmul notes the maximal
- * shapes seen and moves the epoch on a new one (a stand-in until matmul.cu reports its own moves). Recording
- * never meets such a shape: the model records a key only after running it once plainly. */
+ * (attention's chunk scratch here, matmul.cu's x staging and split-tile buffers). Each reallocation reports itself
+ * (qrt_cuda_scratch_moved), which moves the epoch. Recording never moves one: the model records a key only after
+ * running it once plainly, and that run grew whatever the key needs. */
 
 #define STEP_IDS 1 /* slot index of the first token id */
 __device__ static int step_slot[STEP_IDS + QRT_GRAPH_MAX_T];
@@ -236,43 +234,6 @@ static void cuda_graph_free(void *graph) {
 
 static unsigned cuda_graph_epoch(void) { return epoch; }
 
-/* The maximal (format, N, K, T) matmul shapes run so far (no entry covers another in every dimension). */
-typedef struct {
-    int fmt, t;
-    int64_t n, k;
-} mm_shape;
-#define MM_SHAPES 64
-static mm_shape mm_seen[MM_SHAPES];
-static int mm_count = 0;
-
-static void note_matmul_shape(int fmt, int64_t n, int64_t k, int t) {
-    if (recording) return; /* a recorded key ran plainly before: nothing it does can grow a buffer */
-    int kept = 0;
-    for (int i = 0; i < mm_count; i++) {
-        const mm_shape *e = &mm_seen[i];
-        if (e->fmt == fmt && e->n >= n && e->k >= k && e->t >= t) return; /* covered: no buffer grows */
-        if (!(e->fmt == fmt && e->n <= n && e->k <= k && e->t <= t)) mm_seen[kept++] = *e; /* drop what it covers */
-    }
-    mm_count = kept < MM_SHAPES ? kept : 0; /* full: forget (costs only re-recording) */
-    mm_seen[mm_count++] = (mm_shape){fmt, t, n, k};
-    epoch++;
-}
-
-static void cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
-    note_matmul_shape(W->fmt, W->n, W->k, T);
-    qrt_cuda_matmul(W, x, T, y);
-}
-
-static void cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
-    int64_t n = 0;
-    for (int i = 0; i < g->n; i++) {
-        note_matmul_shape(g->part[i]->fmt, g->part[i]->n, g->part[i]->k, T);
-        n += g->part[i]->n;
-    }
-    note_matmul_shape(g->part[0]->fmt, n, g->part[0]->k, T); /* the fused shape, when the parts are one matmul */
-    qrt_cuda_matmul_group(g, x, T, y);
-}
-
 /* ---- embed ---------------------------------------------------------------------------------------------- */
 
 /* embed takes host ids: they go through one device buffer, grown when a longer call comes (while recording, the
@@ -313,9 +274,9 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->download = cuda_download;
         b->prepare_linear = cuda_prepare_linear;
         b->embed = cuda_embed;
-        b->matmul = cuda_matmul;
+        b->matmul = qrt_cuda_matmul;
         b->prepare_group = qrt_cuda_prepare_group;
-        b->matmul_group = cuda_matmul_group;
+        b->matmul_group = qrt_cuda_matmul_group;
         b->rmsnorm = qrt_cuda_rmsnorm;
         b->add_rmsnorm = qrt_cuda_add_rmsnorm;
         b->conv1d_silu = qrt_cuda_conv1d_silu;

@@ -68,8 +68,8 @@ __global__ void permute_x_lanes(const float *x /* [T][K] */, int64_t K, int T, i
     }
 }
 
-/* One lane-order buffer, grown on demand; every op runs on the one default stream, so it is never in use
- * by two kernels at once. */
+/* One lane-order buffer, grown on demand (a move reported to the graph epoch); every op runs on the calling thread's
+ * default stream, so it is never in use by two kernels at once. */
 static float4 *xp_buf = NULL;
 static size_t xp_cap = 0; /* float4s */
 
@@ -80,6 +80,7 @@ static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t
         if (xp_buf) QRT_CUDA_CHECK(cudaFree(xp_buf));
         xp_cap = quads < ((size_t)1 << 18) ? ((size_t)1 << 18) : quads;
         QRT_CUDA_CHECK(cudaMalloc(&xp_buf, xp_cap * sizeof(float4)));
+        qrt_cuda_scratch_moved();
     }
     size_t blocks = (quads + 255) / 256;
     permute_x_lanes<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(x, K, T, CE, G, xp_buf);
@@ -862,6 +863,7 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
         QRT_CUDA_CHECK(cudaMalloc(&xf_buf, xf_cap));
         /* entries of tokens past T are read (into D columns never stored): keep them finite and initialized */
         QRT_CUDA_CHECK(cudaMemset(xf_buf, 0, xf_cap));
+        qrt_cuda_scratch_moved();
     }
     float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
     fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
@@ -910,12 +912,16 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
         if (st_part) QRT_CUDA_CHECK(cudaFree(st_part));
         st_part_cap = part;
         QRT_CUDA_CHECK(cudaMalloc(&st_part, sizeof(float) * part));
+        qrt_cuda_scratch_moved();
     }
     if (done > st_done_cap) {
         if (st_done) QRT_CUDA_CHECK(cudaFree(st_done));
         st_done_cap = done;
         QRT_CUDA_CHECK(cudaMalloc(&st_done, sizeof(unsigned) * done));
+        /* zero once: every launch leaves them at zero (a split tile's finishing warp resets its counter), which graph
+         * replays rely on */
         QRT_CUDA_CHECK(cudaMemset(st_done, 0, sizeof(unsigned) * done));
+        qrt_cuda_scratch_moved();
     }
 }
 
@@ -1082,9 +1088,18 @@ typedef struct {
     int t, variant;
 } tune_entry;
 
-#define TUNE_MAX 512
-static tune_entry tune_table[TUNE_MAX];
-static int tune_count = 0, tune_loaded = 0;
+static tune_entry *tune_table = NULL; /* grown as shapes come: a full table would re-time every call */
+static int tune_count = 0, tune_cap = 0, tune_loaded = 0;
+
+static void tune_add(tune_entry e) {
+    if (tune_count == tune_cap) {
+        const int cap = tune_cap ? 2 * tune_cap : 64;
+        tune_entry *t = (tune_entry *)realloc(tune_table, sizeof *t * (size_t)cap);
+        if (!t) return; /* out of host memory: this shape is timed again next time */
+        tune_table = t, tune_cap = cap;
+    }
+    tune_table[tune_count++] = e;
+}
 static char tune_path[1536];
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
@@ -1113,8 +1128,8 @@ static void tune_file_init(void) {
     if (!f) return;
     long long n, k;
     int t, v;
-    while (tune_count < TUNE_MAX && fscanf(f, "%lld %lld %d %d", &n, &k, &t, &v) == 4)
-        if (v >= 0 && v < FP4_VARIANTS) tune_table[tune_count++] = (tune_entry){n, k, t, v};
+    while (fscanf(f, "%lld %lld %d %d", &n, &k, &t, &v) == 4)
+        if (v >= 0 && v < FP4_VARIANTS) tune_add((tune_entry){n, k, t, v});
     fclose(f);
 }
 
@@ -1166,6 +1181,11 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     if (!tune_loaded) tune_file_init();
     for (int i = 0; i < tune_count; i++)
         if (tune_table[i].n == W->n && tune_table[i].k == W->k && tune_table[i].t == T) return tune_table[i].variant;
+    /* No timing (allocation, synchronization) while a graph is being recorded: mma_w1, which gives the same bits. The
+     * model records only keys that ran before, so this is a fallback, not the normal path. */
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    QRT_CUDA_CHECK(cudaStreamIsCapturing(cudaStreamPerThread, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return 0;
     /* Time on scratch activations (random, never zeros), so the caller's buffers are untouched. */
     float *x = NULL, *y = NULL;
     QRT_CUDA_CHECK(cudaMalloc(&x, sizeof(float) * (size_t)T * W->k));
@@ -1179,7 +1199,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     }
     QRT_CUDA_CHECK(cudaFree(x));
     QRT_CUDA_CHECK(cudaFree(y));
-    if (tune_count < TUNE_MAX) tune_table[tune_count++] = (tune_entry){W->n, W->k, T, best};
+    tune_add((tune_entry){W->n, W->k, T, best});
     if (tune_path[0]) {
         FILE *f = fopen(tune_path, "a");
         if (f) {
