@@ -747,16 +747,17 @@ int main(int argc, char **argv) {
         const int T1[] = {1};
         test_dense(QRT_WF_BF16, 248320, 5120, T1, 1, 15);
     }
-    /* NVFP4: every variant; the 27B shapes and odd ones (K % 32 == 16 exercises the padded tail) */
-    const int Tf[] = {1, 2, 7, 9, 16};
-    const int Tf_real[] = {1, 7};
-    test_nvfp4(2 * 17408, 5120, Tf_real, 2, 61);
-    test_nvfp4(5120, 17408, Tf_real, 2, 62);
+    /* NVFP4: every variant; the 27B shapes and odd ones (K % 32 == 16 exercises the padded tail); T = 37 takes a
+     * second 32-token pass with a partial group of 8, T = 20 a partial 16-token pass (mma_k4) */
+    const int Tf[] = {1, 2, 7, 9, 16, 20, 37};
+    const int Tf_real[] = {1, 7, 37};
+    test_nvfp4(2 * 17408, 5120, Tf_real, 3, 61);
+    test_nvfp4(5120, 17408, Tf_real, 3, 62);
     if (!quick) test_nvfp4(248320, 5120, Tf_real, 2, 63);
-    test_nvfp4(1000, 176, Tf, 5, 64);
-    test_nvfp4(37, 48, Tf, 5, 65);
-    test_nvfp4(5, 16, Tf, 5, 66);
-    test_nvfp4(130, 1024, Tf, 5, 67);
+    test_nvfp4(1000, 176, Tf, 7, 64);
+    test_nvfp4(37, 48, Tf, 7, 65);
+    test_nvfp4(5, 16, Tf, 7, 66);
+    test_nvfp4(130, 1024, Tf, 7, 67);
     /* fused projection groups: the 27B's GDN in_proj qkv|z|b|a, attention q|k|v, MLP gate|up; odd shapes (rows
      * not multiples of 16, K % 32 == 16); a mixed group (the BF16 part runs alone); a single NVFP4 part */
     {

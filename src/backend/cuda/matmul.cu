@@ -573,7 +573,8 @@ __device__ __forceinline__ void fp4_x_lanes(const fp4_xsrc &xs, int64_t S, int T
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const int tile0 = t0 + 4 * nt; /* first token of the tile: a multiple of 4 */
+        int tile0 = t0 + 4 * nt; /* first token of the tile: a multiple of 4 */
+        if (!SX && tile0 >= T) tile0 = (T - 1) / 8 * 8 + 4 * (nt & 1); /* past the last group: read one that exists */
         const uint4 *entry = SX ? xs.xf + c : xs.xf + (int64_t)(tile0 / 8) * S * 1024 + lane;
         xf_lane[nt] = reinterpret_cast<const uint2 *>(entry) + (SX ? g & 1 : tile0 / 4 % 2);
     }
