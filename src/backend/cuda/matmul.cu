@@ -17,7 +17,9 @@
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
- *   lost occupancy or spilled; programmatic dependent launch on the legacy stream gave nothing measurable.
+ *   lost occupancy or spilled; programmatic dependent launch on the legacy stream gave nothing measurable. Session 3:
+ *   a prefill variant with one warp per chunk step q (each warp decoding a quarter of a slice for 32 tokens) was no
+ *   faster than mma_w1 at M = 16..256: the x fragments, re-read from L2 by every tile, are the limit there.
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
