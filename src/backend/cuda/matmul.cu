@@ -461,13 +461,16 @@ __device__ __forceinline__ void fp4_load_slice(fp4_slice_regs &r, const uint4 *b
     r.sa = make_uint2(sc.x, sc.y), r.sb = make_uint2(sc.z, sc.w);
 }
 
-__device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
+__device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
+    return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w;
+}
 
 /* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
  * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
  * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart) or, SX, in
- * the block's shared copy (8 apart); xsc: 2^e of its token. The four chains are independent and interleaved k-step by
- * k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's latency. */
+ * the block's shared copy (8 apart); xsc: 2^e of its token. The four chains are independent and interleaved k-step
+ * by k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's
+ * latency. */
 template <int NT, bool SX>
 __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
                                               const float (&xsc)[NT], float (&p)[NT][2]) {
@@ -711,7 +714,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
  * A tile whose units are all one warp's is summed in registers; a tile split between warps has each slice's p
  * written to st.part, and the warp that completes its count (st.done, an atomic) sums them in slice order. Both
  * give mma_w1's bits. SX (T = 1): the block prepares x's fragments in shared memory while the first copies fly.
- * One pass of ≤ 8 tokens (t0..t0+7) per launch. */
+ * One pass of ≤ 4·NT tokens (t0 ...) per launch. */
 struct fp4_st_work {
     int64_t units;  /* tiles · S */
     int64_t warps;  /* in the grid */
