@@ -713,7 +713,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
  * copies and reads back only its own 9 uint4 of a block, so no barrier is needed), and the ring holds no registers.
  * A tile whose units are all one warp's is summed in registers; a tile split between warps has each slice's p
  * written to st.part, and the warp that completes its count (st.done, an atomic) sums them in slice order. Both
- * give mma_w1's bits. SX (T = 1): the block prepares x's fragments in shared memory while the first copies fly.
+ * give mma_w1's bits. SX (T = 1): the block first prepares x's fragments in shared memory, then starts the copies.
  * One pass of ≤ 4·NT tokens (t0 ...) per launch. */
 struct fp4_st_work {
     int64_t units;  /* tiles · S */
