@@ -15,8 +15,7 @@
  *
  * Nothing may hang: every socket operation and child process has a deadline, and a watchdog kills the server and
  * fails the test before CTest's own timeout would leave the server running. */
-#define _POSIX_C_SOURCE 200809L
-#define _DEFAULT_SOURCE /* nftw's FTW_DEPTH and FTW_PHYS */
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with XSI: nftw and its FTW_DEPTH, FTW_PHYS */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
