@@ -1,0 +1,1038 @@
+/* End-to-end test of `qwenrt serve`: starts the real server on a free loopback port with a fixture model and
+ * drives it over HTTP (plain sockets, jansson for JSON, pthreads for concurrent clients).
+ *
+ * usage: test_server QWENRT_BINARY TEST_DATA_DIR SCRATCH_DIR [full|small]
+ *
+ * The fixture is made here: `qwenrt synth --preset tiny --mtp` (vocab 2048) plus tests/data/tokenizer/tok-small.json
+ * with 15 filler special tokens so the tokenizer covers every id the model can emit. Nothing is committed.
+ * `small` (the AddressSanitizer build) sends fewer generating requests and a shorter prefix-reuse prompt.
+ *
+ * Checked: /health and /v1/models; greedy parity of completions and chat (plain and streamed, thinking off and
+ * on) with `qwenrt generate`; stop strings; prompt prefix reuse; malformed requests (400/404/405/413 with a JSON
+ * error body); a client that disconnects mid-stream; a full queue (503); a load of mixed requests from 8 threads;
+ * /metrics; a clean exit on SIGTERM. The Python version this replaces also ran curl and the `openai` client when
+ * present; those optional checks are gone (they cover the same requests, through other clients).
+ *
+ * Nothing may hang: every socket operation and child process has a deadline, and a watchdog kills the server and
+ * fails the test before CTest's own timeout would leave the server running. */
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with XSI: nftw and its FTW_DEPTH, FTW_PHYS */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+extern char **environ;
+
+#define WATCHDOG_S 570     /* under CTest's TIMEOUT of 600 s, so we still get to kill the server */
+#define START_S 120        /* the server loads the model and prints its port */
+#define STOP_S 60          /* SIGTERM to exit */
+#define CHILD_S 120        /* qwenrt synth / generate / detokenize */
+#define REQUEST_S 300      /* one HTTP exchange */
+#define QUEUE 3            /* --queue: requests waiting behind the running one */
+#define CHUNK 100000       /* the chunk size of a chunked request body */
+
+static const char *qwenrt, *data_dir, *scratch;
+static char fx[1024];
+static bool small_mode;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+/* ==== Child processes ==== */
+
+/* The children a failure must not leave behind: the watchdog (a signal handler) and exit() kill them. */
+static volatile sig_atomic_t server_pid, child_pid;
+
+static void kill_children(void) {
+    if (child_pid > 0) kill((pid_t)child_pid, SIGKILL);
+    if (server_pid > 0) kill((pid_t)server_pid, SIGKILL);
+}
+
+static void on_watchdog(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL the server test ran past its watchdog; the server is killed\n";
+    kill_children();
+    ssize_t w = write(2, msg, sizeof msg - 1); /* write(2): async-signal-safe, unlike stdio */
+    (void)w;
+    _exit(1);
+}
+
+static void at_exit(void) {
+    kill_children();
+    if (server_pid > 0) waitpid((pid_t)server_pid, NULL, 0);
+}
+
+/* A fatal setup error: nothing after it can be tested. exit() runs at_exit, which kills the server. */
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+/* Starts argv with stdout and stderr on the given descriptors (stdin is /dev/null); -1 if it cannot start. */
+static pid_t spawn(char *const argv[], int out_fd, int err_fd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc ? -1 : pid;
+}
+
+/* The exit status of pid, waiting at most timeout_s; on timeout it is killed and the result is -1. A child
+ * killed by a signal gives 128 + the signal, as a shell reports it. */
+static int wait_for(pid_t pid, double timeout_s) {
+    double deadline = now_s() + timeout_s;
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return -1;
+        }
+        sleep_ms(10);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Runs argv to completion within CHILD_S; its stdout is returned in *out (malloc'd, NUL-terminated) when out is
+ * given, else discarded. stderr stays the test's. Dies on a start failure, a timeout or a non-zero exit: every
+ * caller needs the output to go on. */
+static void run(char *const argv[], char **out) {
+    int p[2];
+    if (pipe(p)) die("pipe: %s", strerror(errno));
+    pid_t pid = spawn(argv, p[1], 2);
+    close(p[1]);
+    if (pid < 0) die("cannot start %s", argv[0]);
+    child_pid = pid;
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    double deadline = now_s() + CHILD_S;
+    for (;;) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        int left = (int)((deadline - now_s()) * 1000);
+        if (left <= 0 || poll(&pf, 1, left) <= 0) die("%s %s: no end within %d s", argv[0], argv[1], CHILD_S);
+        if (n + 1024 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t got = read(p[0], buf + n, cap - n - 1);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    close(p[0]);
+    buf[n] = 0;
+    int rc = wait_for(pid, CHILD_S);
+    child_pid = 0;
+    if (rc) die("%s %s exited %d", argv[0], argv[1], rc);
+    if (out) *out = buf;
+    else free(buf);
+}
+
+/* ==== The fixture ==== */
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(path);
+}
+
+/* The fixture model, made once per scratch folder: tokenizer.json appears last (by a rename), so its presence
+ * means the rest is complete. */
+static void make_fixture(void) {
+    char tok_path[1100], tmp_path[1200], src[1100];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", fx);
+    if (access(tok_path, F_OK) == 0) return;
+    nftw(fx, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    mkdir(scratch, 0777);
+    char *argv[] = {(char *)qwenrt, "synth", "--preset", "tiny", "--format", "bf16", "--mtp", "--threads", "1",
+                    fx, NULL};
+    run(argv, NULL); /* synth's summary on stdout is noise here */
+
+    snprintf(src, sizeof src, "%s/tokenizer/tok-small.json", data_dir);
+    json_error_t err;
+    json_t *tok = json_load_file(src, JSON_ALLOW_NUL, &err);
+    if (!tok) die("%s: %s", src, err.text);
+    json_t *added = json_object_get(tok, "added_tokens");
+    for (int id = 2033; id < 2048; id++) {
+        char content[32];
+        snprintf(content, sizeof content, "<|filler_%d|>", id);
+        json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content", content,
+                                               "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                               "special", 1));
+    }
+    snprintf(tmp_path, sizeof tmp_path, "%s.tmp", tok_path);
+    if (json_dump_file(tok, tmp_path, 0) || rename(tmp_path, tok_path)) die("cannot write %s", tok_path);
+    json_decref(tok);
+}
+
+/* ==== The server ==== */
+
+static int port;
+
+/* The port from the "listening on http://HOST:PORT" line of the log, once that line is complete; 0 before. */
+static int port_in_log(const char *log) {
+    FILE *f = fopen(log, "r");
+    if (!f) return 0;
+    char line[512];
+    int p = 0;
+    while (!p && fgets(line, sizeof line, f)) {
+        char *at = strstr(line, "listening on http://"), *colon = strrchr(line, ':');
+        if (at && colon > at + 20 && strchr(line, '\n')) p = atoi(colon + 1);
+    }
+    fclose(f);
+    return p;
+}
+
+static void print_log(const char *log) {
+    FILE *f = fopen(log, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
+    if (f) fclose(f);
+}
+
+/* Starts the server with its stderr in SCRATCH/server.log (a file, not a pipe: nothing has to drain it) and
+ * waits for it to say which port it got. */
+static void start_server(char *const extra[]) {
+    char log[1100];
+    snprintf(log, sizeof log, "%s/server.log", scratch);
+    char *argv[32] = {(char *)qwenrt, "serve", "-m", fx, "--port", "0", "--threads", "1", "--device", "cpu"};
+    int n = 10;
+    for (int i = 0; extra[i] && n < 31; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    int log_fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666), devnull = open("/dev/null", O_WRONLY);
+    if (log_fd < 0 || devnull < 0) die("cannot open %s", log);
+    pid_t pid = spawn(argv, devnull, log_fd);
+    close(log_fd);
+    close(devnull);
+    if (pid < 0) die("cannot start %s serve", qwenrt);
+    server_pid = pid;
+    double deadline = now_s() + START_S;
+    while (!(port = port_in_log(log))) {
+        int st;
+        bool exited = waitpid(pid, &st, WNOHANG) == pid;
+        if (exited) server_pid = 0;
+        if (exited || now_s() > deadline) {
+            print_log(log);
+            die("the server did not start (%s); its log is above", exited ? "it exited" : "no port in time");
+        }
+        sleep_ms(20);
+    }
+}
+
+/* SIGTERM, then the exit status (-1: it hung and was killed). */
+static int stop_server(void) {
+    kill((pid_t)server_pid, SIGTERM);
+    int rc = wait_for((pid_t)server_pid, STOP_S);
+    server_pid = 0;
+    return rc;
+}
+
+/* ==== HTTP client ==== */
+
+typedef struct {
+    int status; /* 0: no answer (connection error or timeout) */
+    char *body; /* malloc'd, NUL-terminated, chunked encoding undone */
+    size_t len;
+} http_resp;
+
+/* A connected socket to the server whose every send and recv gives up after timeout_s; -1 on failure. */
+static int http_open(int timeout_s) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* Linux applies it to connect too */
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, 0);
+        if (k <= 0) return false;
+        p += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Undoes chunked transfer encoding in place; false if the framing is broken. */
+static bool dechunk(char *b, size_t *len) {
+    size_t in = 0, out = 0;
+    for (;;) {
+        char *end;
+        unsigned long size = strtoul(b + in, &end, 16);
+        char *crlf = strstr(end, "\r\n");
+        if (end == b + in || !crlf) return false;
+        in = (size_t)(crlf + 2 - b);
+        if (size == 0) break;
+        if (in + size + 2 > *len) return false;
+        memmove(b + out, b + in, size);
+        out += size, in += size + 2;
+    }
+    b[out] = 0;
+    *len = out;
+    return true;
+}
+
+/* Whether the header block has NAME: VALUE (case-insensitive, as HTTP header names are). */
+static bool has_header(const char *headers, const char *name, const char *value) {
+    size_t nl = strlen(name), vl = strlen(value);
+    for (const char *l = headers; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncasecmp(l, name, nl) && l[nl] == ':' && !strncasecmp(l + nl + 1 + strspn(l + nl + 1, " "), value, vl))
+            return true;
+    return false;
+}
+
+/* Reads the whole answer (the request said Connection: close, so it ends at EOF) and parses the status line and
+ * body. Any timeout or broken framing gives status 0. */
+static http_resp read_response(int fd, double deadline) {
+    http_resp r = {0};
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k == 0) break;
+        if (k < 0 || now_s() > deadline) goto fail; /* SO_RCVTIMEO ran out, or the server trickles forever */
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    char *body = strstr(buf, "\r\n\r\n");
+    if (!body || sscanf(buf, "HTTP/%*d.%*d %d", &r.status) != 1) goto fail;
+    body[2] = 0; /* the headers, each line ending in \r\n, become a string of their own */
+    bool chunked = has_header(strstr(buf, "\r\n") + 2, "transfer-encoding", "chunked");
+    r.len = n - (size_t)(body + 4 - buf);
+    memmove(buf, body + 4, r.len + 1);
+    if (chunked && !dechunk(buf, &r.len)) goto fail;
+    r.body = buf;
+    return r;
+fail:
+    free(buf);
+    return (http_resp){0};
+}
+
+/* One request: method, path and an optional body, with Content-Type: application/json as every client sends.
+ * chunked sends the body in two chunks without a Content-Length. */
+static http_resp request_ex(const char *method, const char *path, const char *body, size_t len, bool chunked) {
+    int fd = http_open(REQUEST_S);
+    if (fd < 0) return (http_resp){0};
+    double deadline = now_s() + REQUEST_S;
+    char head[512];
+    int h = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\n", method, path);
+    if (body && chunked) h += snprintf(head + h, sizeof head - (size_t)h, "Transfer-Encoding: chunked\r\n\r\n");
+    else if (body) h += snprintf(head + h, sizeof head - (size_t)h, "Content-Length: %zu\r\n\r\n", len);
+    else h += snprintf(head + h, sizeof head - (size_t)h, "\r\n");
+    /* A send may fail when the server answers early (413) and closes; its answer is still there to read. */
+    bool sent = send_all(fd, head, (size_t)h);
+    if (sent && body && !chunked) sent = send_all(fd, body, len);
+    for (size_t off = 0; sent && body && chunked && off < len; off += CHUNK) {
+        size_t k = len - off < CHUNK ? len - off : CHUNK;
+        char size[32];
+        int s = snprintf(size, sizeof size, "%zx\r\n", k);
+        sent = send_all(fd, size, (size_t)s) && send_all(fd, body + off, k) && send_all(fd, "\r\n", 2);
+    }
+    if (sent && body && chunked) send_all(fd, "0\r\n\r\n", 5);
+    http_resp r = read_response(fd, deadline);
+    close(fd);
+    return r;
+}
+
+static http_resp request(const char *method, const char *path, const char *body, size_t len) {
+    return request_ex(method, path, body, len, false);
+}
+
+static http_resp get(const char *path) { return request("GET", path, NULL, 0); }
+
+/* ==== JSON ==== */
+
+/* The value at a '/'-separated path ("choices/0/text": a number indexes an array); NULL where it is absent. */
+static json_t *jp(json_t *j, const char *path) {
+    while (j && *path) {
+        char key[64];
+        size_t n = strcspn(path, "/");
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        j = json_is_array(j) ? json_array_get(j, (size_t)atoi(key)) : json_object_get(j, key);
+        path += n + (path[n] == '/');
+    }
+    return j;
+}
+
+static const char *js(json_t *j, const char *path) { return json_string_value(jp(j, path)); }
+
+/* An integer at path, -1 where there is none (every count checked here is >= 0). */
+static long long ji(json_t *j, const char *path) {
+    json_t *v = jp(j, path);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+/* A short printable form of j for failure messages; four rotating buffers, so a message may show a few. Main
+ * thread only. */
+static const char *show(json_t *j) {
+    static char bufs[4][320];
+    static int next;
+    char *b = bufs[next++ % 4], *s = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    snprintf(b, sizeof bufs[0], "%.300s", s ? s : "(no JSON)");
+    free(s);
+    return b;
+}
+
+static json_t *parse(const http_resp *r) {
+    return r->body ? json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* POSTs body (a JSON value, consumed) and returns the status; *out gets the parsed answer (NULL if not JSON). */
+static int post(const char *path, json_t *body, json_t **out) {
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    http_resp r = request("POST", path, s, strlen(s));
+    free(s);
+    *out = parse(&r);
+    free(r.body);
+    return r.status;
+}
+
+/* POSTs a raw body; returns the status and the parsed answer as post does. */
+static int post_raw(const char *path, const char *body, size_t len, json_t **out) {
+    http_resp r = request("POST", path, body, len);
+    *out = parse(&r);
+    free(r.body);
+    return r.status;
+}
+
+/* POSTs body with "stream": true and returns its SSE events, each parsed, the final "[DONE]" as that string. An
+ * event that is not JSON is a failure (and left out). */
+static int stream(const char *path, json_t *body, json_t **events) {
+    json_object_set_new(body, "stream", json_true());
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    http_resp r = request("POST", path, s, strlen(s));
+    free(s);
+    *events = json_array();
+    for (char *b = r.body; b && *b;) {
+        char *end = strstr(b, "\n\n"), *stop = end ? end : b + strlen(b);
+        if (!strncmp(b, "data: ", 6)) {
+            size_t n = (size_t)(stop - b - 6);
+            json_t *e = n == 6 && !strncmp(b + 6, "[DONE]", 6) ? json_string("[DONE]")
+                                                               : json_loadb(b + 6, n, 0, NULL);
+            CHECK(e != NULL, "SSE event is not JSON: %.*s", (int)(n < 200 ? n : 200), b + 6);
+            if (e) json_array_append_new(*events, e);
+        }
+        b = end ? end + 2 : stop;
+    }
+    free(r.body);
+    return r.status;
+}
+
+/* The text of a stream: field (a path inside choices/0) of every event whose "choices" is not empty. */
+static char *stream_text(json_t *events, const char *field) {
+    size_t n = 0;
+    char *text = calloc(1, 1), path[64];
+    snprintf(path, sizeof path, "choices/0/%s", field);
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *e = json_array_get(events, i);
+        const char *piece = json_array_size(json_object_get(e, "choices")) ? js(e, path) : NULL;
+        if (!piece) continue;
+        text = realloc(text, n + strlen(piece) + 1);
+        strcpy(text + n, piece);
+        n += strlen(piece);
+    }
+    return text;
+}
+
+static bool is_done(json_t *events) {
+    return streq(json_string_value(json_array_get(events, json_array_size(events) - 1)), "[DONE]");
+}
+
+/* An error answer: the status, and a JSON body {"error": {"message", "type", "code"}}. */
+static void error_ok(int status, json_t *body, int want, const char *what) {
+    json_t *e = json_object_get(body, "error");
+    CHECK(status == want, "%s: status %d, want %d: %s", what, status, want, show(body));
+    CHECK(json_is_object(e) && json_object_get(e, "message") && json_object_get(e, "type") &&
+              json_object_get(e, "code"), "%s: JSON error body: %s", what, show(body));
+}
+
+/* ==== The reference: qwenrt generate and detokenize ==== */
+
+#define STOP_IDS_N 3
+static const int stop_ids[STOP_IDS_N] = {2002, 2000, 2047}; /* <|im_end|>, <|endoftext|>, the model's eos */
+
+typedef struct {
+    int toks[64], n;
+    bool stopped; /* a stop token ended it (not counted in n) */
+} reference;
+
+static bool is_stop(int t) {
+    for (int i = 0; i < STOP_IDS_N; i++)
+        if (t == stop_ids[i]) return true;
+    return false;
+}
+
+/* Greedy tokens of `qwenrt generate` (plain decoding) for the given arguments (NULL-terminated), cut at the first
+ * stop token as the server does. */
+static reference reference_tokens(char *arg, ...) {
+    char *argv[32] = {(char *)qwenrt, "generate", "-m", fx, "--json", "--spec-k", "0", "--threads", "1", "--device",
+                      "cpu", "--no-eos"};
+    int n = 12;
+    va_list ap;
+    va_start(ap, arg);
+    for (char *a = arg; a && n < 31; a = va_arg(ap, char *)) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char *out;
+    run(argv, &out);
+    size_t len = strlen(out);
+    while (len && out[len - 1] == '\n') out[--len] = 0;
+    char *last = strrchr(out, '\n');
+    json_t *j = json_loads(last ? last + 1 : out, 0, NULL), *toks = json_object_get(j, "tokens");
+    if (!json_is_array(toks)) die("qwenrt generate --json: no tokens in %.300s", out);
+    reference r = {.n = 0};
+    for (size_t i = 0; i < json_array_size(toks) && r.n < 64 && !r.stopped; i++) {
+        int t = (int)json_integer_value(json_array_get(toks, i));
+        if (is_stop(t)) r.stopped = true;
+        else r.toks[r.n++] = t;
+    }
+    json_decref(j);
+    free(out);
+    return r;
+}
+
+/* The text of ids by `qwenrt detokenize`, less the newline that command adds. */
+static char *detok(const reference *r) {
+    if (!r->n) return strdup("");
+    char ids[64 * 8] = "", *argv[] = {(char *)qwenrt, "detokenize", "-m", fx, ids, NULL};
+    for (int i = 0, k = 0; i < r->n; i++)
+        k += snprintf(ids + k, sizeof ids - (size_t)k, "%s%d", i ? "," : "", r->toks[i]);
+    char *out;
+    run(argv, &out);
+    size_t n = strlen(out);
+    if (n) out[n - 1] = 0;
+    return out;
+}
+
+/* s without the leading (and with both, also trailing) \r and \n characters, in place. */
+static char *strip_newlines(char *s, bool both) {
+    size_t skip = strspn(s, "\r\n"), n = strlen(s + skip);
+    memmove(s, s + skip, n + 1);
+    while (both && n && (s[n - 1] == '\r' || s[n - 1] == '\n')) s[--n] = 0;
+    return s;
+}
+
+/* ==== The checks ==== */
+
+static void test_basics(void) {
+    http_resp r = get("/health");
+    json_t *j = parse(&r);
+    CHECK(r.status == 200 && streq(js(j, "status"), "ok"), "/health: %d %s", r.status, show(j));
+    json_decref(j);
+    free(r.body);
+    r = get("/v1/models");
+    j = parse(&r);
+    CHECK(r.status == 200 && streq(js(j, "data/0/id"), "fx"), "/v1/models: %d %s", r.status, show(j));
+    json_decref(j);
+    free(r.body);
+}
+
+#define PARITY_N 8
+static const char quick_fox[] = "The quick brown fox";
+
+/* Greedy completions through the server equal `qwenrt generate` (the server speculates with --spec-k 2 on fresh
+ * sessions; greedy speculative output must equal plain decoding), plain and streamed. */
+static void test_completion_parity(void) {
+    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "8", NULL);
+    char *want = detok(&ref);
+    json_t *r, *ev;
+    int s = post("/v1/completions", json_pack("{s:s,s:i,s:i}", "prompt", quick_fox, "max_tokens", PARITY_N,
+                                              "temperature", 0), &r);
+    CHECK(s == 200 && streq(js(r, "choices/0/text"), want), "completion parity: %s vs \"%s\"", show(r), want);
+    CHECK(ji(r, "usage/completion_tokens") == ref.n + ref.stopped, "completion_tokens %s", show(jp(r, "usage")));
+    CHECK(streq(js(r, "choices/0/finish_reason"), ref.stopped ? "stop" : "length"), "finish_reason %s", show(r));
+    json_decref(r);
+    s = stream("/v1/completions", json_pack("{s:s,s:i,s:i}", "prompt", quick_fox, "max_tokens", PARITY_N,
+                                            "temperature", 0), &ev);
+    char *text = stream_text(ev, "text");
+    CHECK(s == 200 && streq(text, want) && is_done(ev), "streamed completion parity: \"%s\" vs \"%s\"", text, want);
+    free(text);
+    json_decref(ev);
+    free(want);
+}
+
+static json_t *chat_body(bool thinking) {
+    return json_pack("{s:[{s:s,s:s}],s:i,s:i,s:{s:b}}", "messages", "role", "user", "content", "Hello there",
+                     "max_tokens", PARITY_N, "temperature", 0, "chat_template_kwargs", "enable_thinking", thinking);
+}
+
+/* Chat parity with thinking off (plain and streamed, with the role chunk and the usage chunk), then with
+ * thinking on: an unfinished reasoning is reasoning_content. */
+static void test_chat_parity(void) {
+    reference ref = reference_tokens("-p", "Hello there", "--chat", "--no-think", "-n", "8", NULL);
+    char *want = strip_newlines(detok(&ref), false);
+    json_t *r, *ev;
+    int s = post("/v1/chat/completions", chat_body(false), &r);
+    json_t *msg = jp(r, "choices/0/message");
+    CHECK(s == 200 && streq(js(msg, "content"), want) && !json_object_get(msg, "reasoning_content"),
+          "chat parity (thinking off): %s vs \"%s\"", show(r), want);
+    json_t *body = chat_body(false);
+    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    stream("/v1/chat/completions", body, &ev);
+    json_t *chunks = json_array();
+    for (size_t i = 0; i < json_array_size(ev); i++)
+        if (json_is_object(json_array_get(ev, i))) json_array_append(chunks, json_array_get(ev, i));
+    char *text = stream_text(chunks, "delta/content");
+    json_t *last = json_array_get(chunks, json_array_size(chunks) - 1);
+    CHECK(streq(text, want), "streamed chat parity: \"%s\" vs \"%s\"", text, want);
+    CHECK(streq(js(chunks, "0/choices/0/delta/role"), "assistant"), "first chunk carries the role: %s",
+          show(json_array_get(chunks, 0)));
+    CHECK(json_is_array(json_object_get(last, "choices")) && !json_array_size(json_object_get(last, "choices")) &&
+              ji(last, "usage/completion_tokens") == ji(r, "usage/completion_tokens") &&
+              ji(r, "usage/completion_tokens") >= 0, "usage chunk: %s", show(last));
+    free(text);
+    json_decref(chunks);
+    json_decref(ev);
+    json_decref(r);
+    free(want);
+
+    ref = reference_tokens("-p", "Hello there", "--chat", "-n", "8", NULL);
+    char *raw = detok(&ref);
+    want = strip_newlines(strdup(raw), true);
+    post("/v1/chat/completions", chat_body(true), &r);
+    msg = jp(r, "choices/0/message");
+    if (!strstr(raw, "</think>"))
+        CHECK(streq(js(msg, "reasoning_content"), want) && streq(js(msg, "content"), ""),
+              "thinking on: the unfinished reasoning is reasoning_content: %s vs \"%s\"", show(msg), want);
+    json_decref(r);
+    free(raw);
+    free(want);
+}
+
+static void test_parity(void) {
+    test_completion_parity();
+    test_chat_parity();
+}
+
+/* The byte offset of code point i of the UTF-8 string s (Python slices strings by code points). */
+static size_t cp_offset(const char *s, size_t i) {
+    size_t b = 0;
+    for (; s[b] && i; i--)
+        for (b++; (s[b] & 0xC0) == 0x80; b++) continue;
+    return b;
+}
+
+static size_t cp_len(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += (*s & 0xC0) != 0x80;
+    return n;
+}
+
+static json_t *stop_body(json_t *stop) {
+    json_t *b = json_pack("{s:s,s:i,s:i}", "prompt", "Once upon a time", "max_tokens", 10, "temperature", 0);
+    if (stop) json_object_set_new(b, "stop", stop);
+    return b;
+}
+
+/* A stop string taken from the middle of the greedy text cuts it there, as a string or in a list, plain and
+ * streamed. */
+static void test_stop(void) {
+    json_t *r, *ev;
+    post("/v1/completions", stop_body(NULL), &r);
+    const char *full = js(r, "choices/0/text");
+    size_t len = full ? cp_len(full) : 0;
+    CHECK(len >= 6, "too little text to test stop strings: %s", show(r));
+    if (len < 6) {
+        json_decref(r);
+        return;
+    }
+    size_t a = cp_offset(full, len / 2), b = cp_offset(full, len / 2 + 2);
+    char stop[64], want[1024];
+    snprintf(stop, sizeof stop, "%.*s", (int)(b - a), full + a);
+    snprintf(want, sizeof want, "%.*s", (int)(strstr(full, stop) - full), full);
+    json_decref(r);
+    json_t *stops[2] = {json_string(stop), json_pack("[s,s]", stop, "zzzz-not-there")};
+    for (int i = 0; i < 2; i++) {
+        char *shown = json_dumps(stops[i], JSON_ENCODE_ANY);
+        post("/v1/completions", stop_body(stops[i]), &r);
+        CHECK(streq(js(r, "choices/0/text"), want) && streq(js(r, "choices/0/finish_reason"), "stop"),
+              "stop %s: %s vs \"%s\"", shown, show(jp(r, "choices/0")), want);
+        free(shown);
+        json_decref(r);
+    }
+    stream("/v1/completions", stop_body(json_string(stop)), &ev);
+    char *text = stream_text(ev, "text");
+    CHECK(streq(text, want), "streamed stop: \"%s\" vs \"%s\"", text, want);
+    free(text);
+    json_decref(ev);
+}
+
+/* {"prompt": [ids], "max_tokens": max_tokens, "temperature": 0} */
+static json_t *ids_body(const int *ids, int n, int max_tokens) {
+    json_t *p = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(p, json_integer(ids[i]));
+    return json_pack("{s:o,s:i,s:i}", "prompt", p, "max_tokens", max_tokens, "temperature", 0);
+}
+
+/* A prompt that extends the previous request's tokens continues from its state: same output as a cold prefill,
+ * less prefill time. max_tokens 1 makes the session hold exactly the prompt. */
+static void test_prefix_reuse(void) {
+    enum { MORE = 8 };
+    int n = small_mode ? 120 : 240, ids[240 + MORE], diverge[100 + 1 + MORE];
+    for (int i = 0; i < n; i++) ids[i] = (i * 37 + 11) % 1990;
+    for (int i = 0; i < MORE; i++) ids[n + i] = diverge[101 + i] = (i * 53 + 7) % 1990;
+    memcpy(diverge, ids, 100 * sizeof ids[0]);
+    diverge[100] = 1;
+    json_t *r, *cold, *warm;
+    /* first a different conversation, so the cold request below finds nothing to reuse */
+    post("/v1/completions", json_pack("{s:[i,i,i],s:i}", "prompt", 5, 6, 7, "max_tokens", 1), &r);
+    json_decref(r);
+    int s = post("/v1/completions", ids_body(ids, n + MORE, 6), &cold);
+    CHECK(s == 200 && ji(cold, "usage/prompt_tokens_details/cached_tokens") == 0, "cold: %s", show(cold));
+    post("/v1/completions", ids_body(ids, n, 1), &r);
+    json_decref(r);
+    s = post("/v1/completions", ids_body(ids, n + MORE, 6), &warm);
+    CHECK(s == 200 && ji(warm, "usage/prompt_tokens_details/cached_tokens") == n,
+          "warm request reuses %d tokens: %s", n, show(jp(warm, "usage")));
+    CHECK(streq(js(warm, "choices/0/text"), js(cold, "choices/0/text")), "reused state gives the same greedy output");
+    double c = json_number_value(jp(cold, "timings/prefill_ms")), w = json_number_value(jp(warm, "timings/prefill_ms"));
+    printf("prefix reuse: prefill of %d tokens %.1f ms cold, %.1f ms reusing %d tokens; saved %.1f ms (%.1fx)\n",
+           n + MORE, c, w, n, c - w, c / (w > 1e-3 ? w : 1e-3));
+    CHECK(w < c, "reusing the prefix prefills faster: %.1f ms vs %.1f ms cold", w, c);
+    json_decref(cold);
+    json_decref(warm);
+    /* a prompt that diverges inside the kept tokens starts over */
+    post("/v1/completions", ids_body(diverge, 100 + 1 + MORE, 1), &r);
+    CHECK(ji(r, "usage/prompt_tokens_details/cached_tokens") == 0, "a diverging prompt does not reuse: %s",
+          show(jp(r, "usage")));
+    json_decref(r);
+}
+
+static const char chat_path[] = "/v1/chat/completions";
+
+/* Malformed chat bodies: each is a 400 with a JSON error. */
+static void test_bad_bodies(void) {
+    static const struct {
+        const char *body, *what;
+    } bad[] = {
+        {"{not json", "malformed JSON"},
+        {"", "empty body"},
+        {"[1,2]", "a list body"},
+        {"{\"messages\": \"\xff\"}", "invalid UTF-8"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": \"ten\"}", "max_tokens a string"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"temperature\": -2}", "temperature < 0"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stop\": 3}", "stop a number"},
+        {"{\"messages\": 5}", "messages a number"},
+        {"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "unknown role"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stream\": \"yes\"}", "stream a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *r;
+        int s = post_raw(chat_path, bad[i].body, strlen(bad[i].body), &r);
+        error_ok(s, r, 400, bad[i].what);
+        json_decref(r);
+    }
+}
+
+static void check_get(const char *method, const char *path, const char *body, int want, const char *what) {
+    http_resp r = request(method, path, body, body ? strlen(body) : 0);
+    json_t *j = parse(&r);
+    error_ok(r.status, j, want, what);
+    json_decref(j);
+    free(r.body);
+}
+
+/* Bodies over --max-body (200000): refused from the Content-Length, and (chunked) after reading. */
+static void test_too_big(void) {
+    static const char pre[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"", post_[] = "\"}]}";
+    size_t n = sizeof pre - 1 + 300000 + sizeof post_ - 1;
+    char *big = malloc(n + 1);
+    memcpy(big, pre, sizeof pre - 1);
+    memset(big + sizeof pre - 1, 'a', 300000);
+    memcpy(big + sizeof pre - 1 + 300000, post_, sizeof post_);
+    for (int chunked = 0; chunked < 2; chunked++) {
+        http_resp r = request_ex("POST", chat_path, big, n, chunked);
+        json_t *j = parse(&r);
+        error_ok(r.status, j, 413, chunked ? "chunked body over --max-body" : "body over --max-body (Content-Length)");
+        json_decref(j);
+        free(r.body);
+    }
+    free(big);
+}
+
+static void test_bad_requests(void) {
+    test_bad_bodies();
+    json_t *r;
+    int s = post("/v1/completions", json_pack("{s:[i,i]}", "prompt", 1, 99999), &r);
+    error_ok(s, r, 400, "token id past the vocabulary");
+    json_decref(r);
+    json_t *ones = json_array();
+    for (int i = 0; i < 5000; i++) json_array_append_new(ones, json_integer(1));
+    s = post("/v1/completions", json_pack("{s:o}", "prompt", ones), &r);
+    error_ok(s, r, 400, "prompt longer than the context");
+    json_decref(r);
+    s = post(chat_path, json_pack("{s:[{s:s,s:s}],s:i,s:{s:i},s:i}", "messages", "role", "user", "content", "hi",
+                                  "max_tokens", 2, "unknown_field", "x", 1, "presence_penalty", 1), &r);
+    CHECK(s == 200, "unknown fields are ignored: %d %s", s, show(r));
+    json_decref(r);
+    check_get("GET", "/v1/nothing", NULL, 404, "unknown route");
+    check_get("GET", chat_path, NULL, 405, "GET on a POST route");
+    check_get("POST", "/health", "{}", 405, "POST on a GET route");
+    test_too_big();
+}
+
+/* The value of the first /metrics sample line that starts with name; -1 if there is none. */
+static double metric(const char *text, const char *name) {
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, strlen(name))) continue;
+        const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l), *v = end;
+        while (v > l && v[-1] != ' ') v--;
+        return strtod(v, NULL);
+    }
+    return -1;
+}
+
+/* Sends a streamed request on a raw socket and hangs up after three events. */
+static bool abandon_stream(void) {
+    static const char body[] = "{\"prompt\": \"Tell me a long story\", \"max_tokens\": 400, \"stream\": true, "
+                               "\"temperature\": 0}";
+    char req[512], got[1 << 16];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", sizeof body - 1, body);
+    int fd = http_open(120);
+    if (fd < 0) return false;
+    bool ok = send_all(fd, req, (size_t)n);
+    size_t have = 0;
+    int events = 0;
+    while (ok && events < 3 && have < sizeof got - 1) {
+        ssize_t k = recv(fd, got + have, sizeof got - 1 - have, 0);
+        ok = k > 0;
+        have += ok ? (size_t)k : 0;
+        got[have] = 0;
+        events = 0;
+        for (const char *p = got; (p = strstr(p, "data: ")); p += 6) events++;
+    }
+    close(fd);
+    return ok && events >= 3;
+}
+
+/* A client that goes away mid-stream: generation stops, the next request works, /metrics counts it. */
+static void test_disconnect(void) {
+    CHECK(abandon_stream(), "a streamed request sent its first three events");
+    double t0 = now_s();
+    json_t *r;
+    int s = post("/v1/completions", json_pack("{s:s,s:i,s:i}", "prompt", "hello", "max_tokens", 3, "temperature", 0),
+                 &r);
+    CHECK(s == 200 && ji(r, "usage/completion_tokens") == 3, "request after a disconnect: %d %s", s, show(r));
+    CHECK(now_s() - t0 < 60, "the abandoned generation did not run to its 400 tokens first");
+    json_decref(r);
+    http_resp m = get("/metrics");
+    double cancelled = m.body ? metric(m.body, "qwenrt_generations_cancelled_total") : -1;
+    CHECK(cancelled >= 1, "metrics count the cancelled generation: %g", cancelled);
+    free(m.body);
+}
+
+typedef struct {
+    int i, status;
+    json_t *body;
+} queued;
+
+static void *queue_one(void *arg) {
+    queued *q = arg;
+    char prompt[32];
+    snprintf(prompt, sizeof prompt, "request %d", q->i);
+    q->status = post("/v1/completions", json_pack("{s:s,s:i,s:i}", "prompt", prompt, "max_tokens", 20,
+                                                  "temperature", 0), &q->body);
+    return NULL;
+}
+
+/* More concurrent requests than 1 running + --queue waiting: the rest get 503 with a JSON error. */
+static void test_queue_full(void) {
+    enum { N = QUEUE + 6 };
+    queued q[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = (queued){.i = i};
+        if (pthread_create(&t[i], NULL, queue_one, &q[i])) die("pthread_create");
+    }
+    int ok = 0, full = 0;
+    char codes[N * 5 + 1] = "";
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        ok += q[i].status == 200, full += q[i].status == 503;
+        snprintf(codes + strlen(codes), sizeof codes - strlen(codes), " %d", q[i].status);
+    }
+    CHECK(full >= 1 && ok >= QUEUE, "queue full -> 503:%s", codes);
+    for (int i = 0; i < N; i++) {
+        if (q[i].status == 503) error_ok(q[i].status, q[i].body, 503, "queue full");
+        json_decref(q[i].body);
+    }
+}
+
+typedef struct {
+    const char *method, *path;
+    char *body; /* NULL: none */
+    int status; /* the answer's; 0 for a connection error or timeout */
+} load_req;
+
+typedef struct {
+    load_req *reqs;
+    int first, total;
+} load_worker;
+
+static void *load_run(void *arg) {
+    load_worker *w = arg;
+    for (int i = w->first; i < w->total; i += 8) {
+        load_req *q = &w->reqs[i];
+        http_resp r = request(q->method, q->path, q->body, q->body ? strlen(q->body) : 0);
+        q->status = r.status;
+        free(r.body);
+    }
+    return NULL;
+}
+
+/* Request i of the load: every (total / generating)-th a short chat (streamed every other time), the rest a
+ * rotation of malformed and cheap requests. */
+static load_req load_kind(int i, int total, int generating) {
+    static const load_req other[7] = {
+        {"POST", "/v1/chat/completions", "{\"messages\": [}", 0}, {"GET", "/health", NULL, 0},
+        {"GET", "/metrics", NULL, 0}, {"DELETE", "/v1/models", NULL, 0},
+        {"POST", "/v1/completions", "{\"prompt\": 12}", 0}, {"GET", "/nope", NULL, 0},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": -1}", 0},
+    };
+    if (i % (total / generating)) {
+        load_req q = other[i % 7];
+        q.body = q.body ? strdup(q.body) : NULL;
+        return q;
+    }
+    char content[16];
+    snprintf(content, sizeof content, "q%d", i);
+    json_t *b = json_pack("{s:[{s:s,s:s}],s:i,s:b}", "messages", "role", "user", "content", content, "max_tokens", 2,
+                          "stream", i % 2 == 0);
+    load_req q = {"POST", "/v1/chat/completions", json_dumps(b, 0), 0};
+    json_decref(b);
+    return q;
+}
+
+/* A few hundred requests from 8 threads, some malformed, some streamed: every answer is a known status. */
+static void test_load(void) {
+    int generating = small_mode ? 12 : 60, total = small_mode ? 200 : 300;
+    load_req *reqs = calloc((size_t)total, sizeof *reqs);
+    for (int i = 0; i < total; i++) reqs[i] = load_kind(i, total, generating);
+    load_worker w[8];
+    pthread_t t[8];
+    double t0 = now_s();
+    for (int k = 0; k < 8; k++) {
+        w[k] = (load_worker){reqs, k, total};
+        if (pthread_create(&t[k], NULL, load_run, &w[k])) die("pthread_create");
+    }
+    for (int k = 0; k < 8; k++) pthread_join(t[k], NULL);
+    static const int known[] = {200, 400, 404, 405, 503};
+    int counts[6] = {0}; /* the known statuses, then anything else */
+    for (int i = 0; i < total; i++) {
+        int k = 0;
+        while (k < 5 && reqs[i].status != known[k]) k++;
+        counts[k]++;
+        if (k == 5) fprintf(stderr, "load request %d (%s %s): status %d\n", i, reqs[i].method, reqs[i].path,
+                            reqs[i].status);
+        free(reqs[i].body);
+    }
+    printf("load: %d requests in %.1f s: 200 x%d, 400 x%d, 404 x%d, 405 x%d, 503 x%d, other x%d\n", total,
+           now_s() - t0, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]);
+    CHECK(counts[5] == 0, "load statuses: %d answers of an unexpected status or none", counts[5]);
+    free(reqs);
+}
+
+static void test_metrics(void) {
+    static const char *names[] = {
+        "qwenrt_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
+        "qwenrt_requests_total{route=\"/v1/chat/completions\",status=\"400\"}",
+        "qwenrt_generated_tokens_total", "qwenrt_ttft_seconds_bucket", "qwenrt_decode_tokens_per_second_count",
+        "qwenrt_spec_cycles_total", "qwenrt_prompt_tokens_reused_total", "qwenrt_queue_depth",
+    };
+    http_resp r = get("/metrics");
+    const char *text = r.body ? r.body : "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK(strstr(text, names[i]) != NULL, "/metrics has %s", names[i]);
+    CHECK(metric(text, "qwenrt_spec_cycles_total") > 0, "speculative cycles are counted");
+    free(r.body);
+}
+
+/* ==== main ==== */
+
+static void section(const char *name, void (*fn)(void)) {
+    int failures = test_failures;
+    double t0 = now_s();
+    fn();
+    printf("%s %-20s %.1f s\n", test_failures == failures ? "ok  " : "FAIL", name, now_s() - t0);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: test_server QWENRT_BINARY TEST_DATA_DIR SCRATCH_DIR [full|small]\n");
+        return 2;
+    }
+    qwenrt = argv[1], data_dir = argv[2], scratch = argv[3];
+    small_mode = argc > 4 && !strcmp(argv[4], "small");
+    snprintf(fx, sizeof fx, "%s/fx", scratch);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN); /* a server that hangs up is a failed send, not a dead test */
+    signal(SIGALRM, on_watchdog);
+    alarm(WATCHDOG_S);
+    atexit(at_exit);
+
+    make_fixture();
+    char queue[16];
+    snprintf(queue, sizeof queue, "%d", QUEUE);
+    char *extra[] = {"--ctx", "1024", "--queue", queue, "--max-body", "200000", "--spec-k", "2", NULL};
+    start_server(extra);
+    section("basics", test_basics);
+    section("parity", test_parity);
+    section("stop", test_stop);
+    section("prefix_reuse", test_prefix_reuse);
+    section("bad_requests", test_bad_requests);
+    section("disconnect", test_disconnect);
+    section("load", test_load);
+    section("metrics", test_metrics);
+    section("queue_full", test_queue_full);
+    int rc = stop_server();
+    CHECK(rc == 0, "the server exits 0 on SIGTERM (AddressSanitizer reports leaks as non-zero): %d; log in "
+          "%s/server.log", rc, scratch);
+    return test_exit("server");
+}
