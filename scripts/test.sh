@@ -25,6 +25,7 @@ if command -v clang >/dev/null; then
     cp tests/data/tiny-*/config.json "$corpus/" 2>/dev/null || true
     for f in tests/data/tiny-*/config.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done
     head -c 16384 tests/data/tiny-mm/model.safetensors >"$corpus/st_header"
+    cp tests/data/openai/*.json "$corpus/"
     for t in build-fuzz/bin/fuzz_*; do
         "$t" -max_total_time="$fuzz_seconds" -max_len=32768 "$corpus" 2>&1 | tail -n 1
     done
