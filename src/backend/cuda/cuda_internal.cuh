@@ -34,6 +34,12 @@ void qrt_cuda_after_launch(const char *file, int line);
 #define QRT_CUDA_LAUNCHED() qrt_cuda_after_launch(__FILE__, __LINE__)
 
 static inline unsigned qrt_grid(size_t n, unsigned block) { return (unsigned)((n + block - 1) / block); }
+/* The SMs of device 0 (asked once per file). */
+static inline int sm_count(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+}
 
 /* Dense (and FP8) weight rows are padded on the device to a multiple of 16 bytes (see prepare_linear), so every
  * row starts 16-byte aligned. Elements per padded row: */

@@ -167,8 +167,6 @@ __global__ void __launch_bounds__(512) read_probe(const uint4 *p, size_t n, unsi
 
 extern "C" void qrt_cuda_read_probe(const void *p, size_t bytes, unsigned *sink) {
     QRT_ASSERT((uintptr_t)p % 16 == 0);
-    int sms = 0;
-    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    read_probe<<<sms * 4, 512>>>((const uint4 *)p, bytes / 16, sink);
+    read_probe<<<sm_count() * 4, 512>>>((const uint4 *)p, bytes / 16, sink);
     QRT_CUDA_LAUNCHED();
 }

@@ -880,12 +880,16 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
 /* Shared memory of the SX copy of x: fragments and scales. */
 static size_t fp4_sx_bytes(int64_t S) { return (size_t)S * (128 * sizeof(uint4) + sizeof(float)); }
 
-/* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. */
-template <typename K> static void fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
-    if (smem > granted && smem > 48 * 1024) {
-        QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        granted = smem;
-    }
+/* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. False (nothing set) when smem is more
+ * than a block may opt in to. */
+template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
+    if (smem <= granted || smem <= 48 * 1024) return true;
+    int optin = 0;
+    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    if (smem > (size_t)optin) return false;
+    QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    granted = smem;
+    return true;
 }
 
 template <int NT, int TPB, bool SX>
@@ -893,7 +897,8 @@ static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_
                       int64_t S, int T) {
     const size_t smem = SX ? fp4_sx_bytes(S) : 0;
     static size_t granted = 0;
-    fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX>, smem, granted);
+    const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX>, smem, granted);
+    QRT_ASSERT(fits); /* x's shared copy: ~2 KB per 512 of K */
     fp4_mma_w1<NT, TPB, SX><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
                                                                                                     S, T);
 }
@@ -903,7 +908,8 @@ static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_x
                      int64_t S, int T) {
     const size_t smem = (size_t)S * NT * 2 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0;
-    fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
+    const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
+    QRT_ASSERT(fits);
     fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
@@ -931,12 +937,6 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
     }
 }
 
-static int sm_count(void) {
-    static int n = 0;
-    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
-    return n;
-}
-
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
  * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
@@ -946,12 +946,7 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0, occ_smem = 0;
     static int occ = 0;
-    if (smem > 48 * 1024 && smem > granted) {
-        int optin = 0;
-        QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-        if (smem > (size_t)optin) return false;
-    }
-    fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX>, smem, granted);
+    if (!fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX>, smem, granted)) return false;
     if (smem != occ_smem) {
         QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<NT, WPB, D, SX>, WPB * 32, smem));
         occ_smem = smem;
