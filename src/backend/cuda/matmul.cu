@@ -303,27 +303,39 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 #define FP4_CODE_BYTES (16 * FP4_SLICE / 2)           /* codes of one (16-row tile, slice): 4096 */
 #define FP4_BLOCK_BYTES (FP4_CODE_BYTES + 16 * FP4_SLICE / 16) /* + its e4m3 scales: the slice block, 4608 */
 
-/* One warp's share of the x preparation: token row xrow [K], slice s. Lane (i = lane / 4, c = lane % 4) makes the
- * fragment entry (q, i, c) for q = 0..3: u[q]; down = 2^e, the factor that undoes the slice's scaling. */
-__device__ __forceinline__ void fp4_prep_slice(const float *xrow /* [K] */, int64_t K, int64_t s, int lane,
-                                               uint4 (&u)[4], float &down) {
+/* One warp's share of the x preparation, token row xrow [K], slice s, in two steps so that a warp can put the loads
+ * of several slices in flight before it waits on the first (one L2 round trip instead of one per slice).
+ * Load: lane (i = lane / 4, c = lane % 4) reads v[q][e] = x[s·512 + (4c+q)·32 + 4i + e], 0 past K. Volatile, so the
+ * compiler keeps these loads ahead of the weight copies a kernel issues next (asm volatile too). */
+__device__ __forceinline__ float4 ld_x16(const float *p) {
+    float4 r;
+    asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void fp4_prep_load(const float *xrow /* [K] */, int64_t K, int64_t s, int lane,
+                                              float (&v)[4][4]) {
     const int c = lane & 3, i = lane >> 2;
-    float v[4][4];
-    float m = 0.0f;
     const bool vec = ((uintptr_t)xrow & 15) == 0; /* K % 16 == 0: a group of 4 is in bounds or all past K */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
         if (vec) {
-            const float4 f = k0 < K ? __ldg(reinterpret_cast<const float4 *>(xrow + k0)) : make_float4(0, 0, 0, 0);
+            const float4 f = k0 < K ? ld_x16(xrow + k0) : make_float4(0, 0, 0, 0);
             v[q][0] = f.x, v[q][1] = f.y, v[q][2] = f.z, v[q][3] = f.w;
         } else {
 #pragma unroll
             for (int e = 0; e < 4; e++) v[q][e] = k0 + e < K ? xrow[k0 + e] : 0.0f;
         }
+    }
+}
+/* Convert: the fragment entry (q, i, c) for q = 0..3, u[q]; down = 2^e, the factor that undoes the slice's scaling.
+ * Every lane of the warp must call it (a warp max). */
+__device__ __forceinline__ void fp4_prep_convert(const float (&v)[4][4], uint4 (&u)[4], float &down) {
+    float m = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
 #pragma unroll
         for (int e = 0; e < 4; e++) m = fmaxf(m, fabsf(v[q][e]));
-    }
     m = warp_max(m);
     /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits. The
      * exponent straight from the bits: frexpf's for a normal m (E - 126), and below 2^-100 the clamp decides anyway */
@@ -362,9 +374,11 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
     const int t = (int)(wid / S);
     const int64_t s = wid % S;
     const int c = lane & 3, i = lane >> 2;
+    float v[4][4];
+    fp4_prep_load(x + (size_t)t * K, K, s, lane, v);
     uint4 u[4];
     float down;
-    fp4_prep_slice(x + (size_t)t * K, K, s, lane, u, down);
+    fp4_prep_convert(v, u, down);
     const int tg = t / 8, j = t % 4, half = t / 4 % 2;
     uint2 *xf2 = reinterpret_cast<uint2 *>(xf);
 #pragma unroll
@@ -377,17 +391,36 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
 }
 
 /* The same for one token inside a GEMV block, into shared memory (no separate launch): the compact layout
- * xs [S][32 (q·8 + i)][4 c] uint4 (one token: every lane of a quad column reads the same entry) and xsc [S]. Every
- * thread of the block must call it (it ends with a barrier). */
-__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc) {
+ * xs [S][32 (q·8 + i)][4 c] uint4 (one token: every lane of a quad column reads the same entry) and xsc [S]. Warp w
+ * takes slices w, w + W, ... (W warps), FP4_PREP_BATCH of them per round with all their loads in flight at once
+ * (down_proj: 34 slices over 12 warps, one L2 round trip instead of three). after_loads() runs once per warp, after
+ * the first round's loads are issued and before they are waited on: a kernel starts its weight copies there, behind
+ * x's loads rather than ahead of them. Every thread of the block must call it (it ends with a barrier). */
+#define FP4_PREP_BATCH 3
+template <typename F>
+__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc,
+                                               F after_loads) {
     const int lane = threadIdx.x & 31, c = lane & 3, i = lane >> 2;
-    for (int64_t s = threadIdx.x >> 5; s < S; s += blockDim.x >> 5) {
-        uint4 u[4];
-        float down;
-        fp4_prep_slice(x, K, s, lane, u, down);
+    const int64_t W = blockDim.x >> 5;
+    bool first = true;
+    for (int64_t s0 = threadIdx.x >> 5; first || s0 < S; s0 += FP4_PREP_BATCH * W) {
+        float v[FP4_PREP_BATCH][4][4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) xs[(s * 32 + q * 8 + i) * 4 + c] = u[q];
-        if (lane == 0) xsc[s] = down;
+        for (int b = 0; b < FP4_PREP_BATCH; b++)
+            if (s0 + b * W < S) fp4_prep_load(x, K, s0 + b * W, lane, v[b]);
+        if (first) after_loads();
+        first = false;
+#pragma unroll
+        for (int b = 0; b < FP4_PREP_BATCH; b++) {
+            const int64_t s = s0 + b * W;
+            if (s >= S) break;
+            uint4 u[4];
+            float down;
+            fp4_prep_convert(v[b], u, down);
+#pragma unroll
+            for (int q = 0; q < 4; q++) xs[(s * 32 + q * 8 + i) * 4 + c] = u[q];
+            if (lane == 0) xsc[s] = down;
+        }
     }
     __syncthreads();
 }
@@ -624,6 +657,14 @@ __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, 
         }
 }
 
+/* This lane's 9 uint4 of a slice block into L2 (no registers held): what mma_w1 and mma_k4_sx ask for while their
+ * x loads are in flight, so their first weight loads hit L2. */
+__device__ __forceinline__ void fp4_prefetch_slice(const uint8_t *block, int lane) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(block) + lane;
+#pragma unroll
+    for (int j = 0; j < 9; j++) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + j * 32));
+}
+
 /* Variant mma_w1: one warp per 16-row tile, TPB tiles per block, each slice loaded into registers right before use
  * (a register prefetch of the next slice measured slower: fewer warps fit); the slices' p are summed in
  * order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store nothing. Serves any T, NT token
@@ -635,15 +676,18 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
                                                              const float *x /* SX: [K] */, int64_t K, int64_t S,
                                                              int T) {
     extern __shared__ uint4 fp4_xs[]; /* SX: [S][32][4], then [S] f32 scales */
-    if (SX) {
-        fp4_prep_block(x, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128));
-        xs = fp4_xsrc{fp4_xs, reinterpret_cast<const float *>(fp4_xs + S * 128)};
-    }
     const int lane = threadIdx.x & 31;
     const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
-    if (tile >= seg.tile_begin[seg.count]) return;
-    const fp4_tile_out o = fp4_tile_target(seg, tile);
+    const bool has_tile = tile < seg.tile_begin[seg.count];
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
+    if (SX) {
+        fp4_prep_block(x, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128), [&] {
+            for (int64_t s = 0; has_tile && s < S && s < 2; s++) fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
+        });
+        xs = fp4_xsrc{fp4_xs, reinterpret_cast<const float *>(fp4_xs + S * 128)};
+    }
+    if (!has_tile) return;
+    const fp4_tile_out o = fp4_tile_target(seg, tile);
     for (int t0 = 0; t0 < T; t0 += 4 * NT) {
         const uint2 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
@@ -668,15 +712,18 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
     extern __shared__ float fp4_part[]; /* [S][NT][2][32] p, then SX: [S][32][4] uint4 and [S] f32 */
-    if (SX) {
-        uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 64);
-        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
-        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
-    const fp4_tile_out o = fp4_tile_target(seg, tile);
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
+    if (SX) {
+        uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 64);
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), [&] {
+            for (int64_t s = warp; s < S && s < warp + 2 * WK; s += WK)
+                fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
+        });
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
+    }
+    const fp4_tile_out o = fp4_tile_target(seg, tile);
     for (int t0 = 0; t0 < T; t0 += 4 * NT) {
         const uint2 *xf_lane[NT];
         fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
@@ -749,6 +796,7 @@ __device__ __forceinline__ void fp4_part_store(float *part, int64_t u, int tp, i
             if (4 * nt + c < tp) part[(u * tp + 4 * nt + c) * 16 + g + 8 * r] = p[nt][r];
 }
 
+#define FP4_FINISH_LOADS 32 /* per lane in flight when a warp finishes a split tile */
 /* After this warp's last slice of split tile `tile` (mine of its slices): count them in; the warp that completes the
  * tile sums all S slices' p in order (mma_w1's order) and stores the rows. */
 template <int NT>
@@ -762,25 +810,29 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     if (before + mine != (unsigned)S) return;
     fence_acq_rel_gpu(); /* the other warps' p, visible through their fences and the count */
     const int g = lane >> 2, c = lane & 3, tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
+    /* the loads of B slices of all this lane's sums in flight at once (down_proj: 34 slices in 3 round trips; 8 at a
+     * time per sum took 10), added in slice order */
+    constexpr int B = FP4_FINISH_LOADS / (2 * NT);
     float acc[NT][2];
+    for (int64_t s0 = 0; s0 < S; s0 += B) {
+        float v[NT][2][B];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float a = 0.0f;
-            if (4 * nt + c < tp) { /* loads 8 at a time (independent), added in slice order */
+            for (int r = 0; r < 2; r++) {
                 const float *col = st.part + (tile * S * tp + 4 * nt + c) * 16 + g + 8 * r;
-                for (int64_t s0 = 0; s0 < S; s0 += 8) {
-                    float v[8];
 #pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] = s0 + j < S ? __ldcg(col + (s0 + j) * tp * 16) : 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        if (s0 + j < S) a = s0 + j == 0 ? v[j] : a + v[j];
-                }
+                for (int j = 0; j < B; j++)
+                    v[nt][r][j] = 4 * nt + c < tp && s0 + j < S ? __ldcg(col + (s0 + j) * tp * 16) : 0.0f;
             }
-            acc[nt][r] = a;
-        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int j = 0; j < B; j++)
+                    if (s0 + j < S) acc[nt][r] = s0 + j == 0 ? v[nt][r][j] : acc[nt][r] + v[nt][r][j];
+    }
     fp4_store<NT>(fp4_tile_target(seg, tile), T, t0, lane, acc);
     if (lane == 0) st.done[tile] = 0;
 }
@@ -796,15 +848,19 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     const int64_t u0 = gw * st.units / st.warps, u1 = (gw + 1) * st.units / st.warps;
     const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + u0 * FP4_BLOCK_U4 + lane; /* unit u0, this lane */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
-    if (SX) { /* before the first weight copies: x's loads queued behind ~20 MB of them cost ~4 µs (measured) */
-        uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
-        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128));
-        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
-    }
+    auto start_copies = [&] {
 #pragma unroll
-    for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) { /* one commit group per slot, empty past the run */
-        if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
-        cp_async_commit();
+        for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) { /* one commit group per slot, empty past the run */
+            if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
+            cp_async_commit();
+        }
+    };
+    if (SX) { /* the copies behind x's loads: queued ahead of them, x waited out ~20 MB of copies (~4 µs, measured) */
+        uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
+    } else {
+        start_copies();
     }
     const uint2 *xf_lane[NT];
     fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
