@@ -8,9 +8,13 @@
  * Method (shared/docs/BENCHMARKS.md): weights are random (finite values of the format) made on the host and
  * handed to the backend's prepare_linear, so every kernel reads the layout the model's weights have. Each shape
  * gets enough copies that one pass over them is at least 4x the last-level cache (L2 on the GPU, L3 on the
- * CPU), and the launches rotate over the copies, so no launch reads a weight the last one left in cache. Each
- * launch is timed alone (CUDA events on the GPU, the monotonic clock on the CPU) after warmups; the median is
- * reported. A cell (shape, format, M, kernel) gets reps = clamp(--cell-ms / first time, 3, --reps), which keeps
+ * CPU), and the launches rotate over the copies, so no launch reads a weight the last one left in cache. On the
+ * GPU, after the warmups, TB_GRAPH_LAUNCHES or more launches (one pass over the copies at least) are recorded
+ * back to back in one CUDA graph, as the decode loop runs them, and each replay is timed with CUDA events: a
+ * launch's time is the replay's over the launches, the median of the replays is reported. (Timed one at a time,
+ * a launch also pays the host's launch gap, in which the GPU idles: 3-8 µs, a third of a 20 µs kernel; the decode
+ * loop never pays it. --timing launch measures that way.) On the CPU each launch is timed alone (the monotonic
+ * clock) after warmups; the median is reported. A cell (shape, format, M, kernel) gets reps = clamp(--cell-ms / first time, 3, --reps), which keeps
  * the slow cells (prefill sizes) from dominating the run. */
 #include <jansson.h>
 #include <stdio.h>
@@ -30,7 +34,7 @@
 static const char *usage =
     "usage: qwenrt tilebench [--device auto|cpu|cuda] [--preset tiny|qwen3.6-27b | -m DIR] [--shapes LIST]\n"
     "                        [--formats nvfp4,bf16,fp8] [--m 1,2,4,7,8,16,64,256 | --full-m] [--reps 20]\n"
-    "                        [--cell-ms 20] [--threads N] [--json FILE]\n"
+    "                        [--cell-ms 20] [--timing graph|launch] [--threads N] [--json FILE]\n"
     "\n"
     "Times every matmul kernel on every matmul shape of a model at M tokens per call, against the read\n"
     "bandwidth measured in the same run. Weights are random; only their shapes and formats matter.\n"
@@ -46,11 +50,14 @@ static const char *usage =
     "                 7, and prefill pieces)\n"
     "  --full-m       M = 1..16 (every speculative verify size) plus 64 and 256\n"
     "  --reps N       at most N timed launches per cell (3..1000, default 20) after the warmups (3 on the\n"
-    "                 GPU, 1 on the CPU)\n"
-    "  --cell-ms MS   time budget per cell: reps = clamp(MS / first launch's time, 3, N) (default 20)\n"
+    "                 GPU, 1 on the CPU); on the GPU a rep is one replay of the cell's graph\n"
+    "  --cell-ms MS   time budget per cell: reps = clamp(MS / first rep's time, 3, N) (default 20)\n"
+    "  --timing T     GPU: graph (default: the launches back to back in a CUDA graph, as decode runs them;\n"
+    "                 ms = replay time / launches) or launch (each launch alone between two events, which\n"
+    "                 adds the host's launch gap)\n"
     "  --threads N    CPU threads (default: OpenMP's)\n"
     "  --json FILE    every cell as JSON (docs/bench-schema.md)\n"
-    "columns: ms = median time of one launch; GB/s = weight bytes (codes + scales, FP8 scales as f32) / ms,\n"
+    "columns: ms = median time of one launch (see --timing); GB/s = weight bytes (codes + scales, FP8 scales as f32) / ms,\n"
     "  the effective bandwidth of BENCHMARKS.md (activations not counted: at prefill sizes the kernels are\n"
     "  compute-bound and this is a lower bound); %read = GB/s as a percentage of the read bandwidth measured\n"
     "  at the start (a streaming read of 2 GiB on the GPU, 256 MiB on the host); GFLOP/s = 2·N·K·M / ms;\n"
@@ -62,6 +69,7 @@ static const char *usage =
 #define TB_MAX_COPIES 32
 #define TB_MAX_KERNELS 64
 #define TB_MAX_T 256 /* QRT_MAX_T: the forward pass never gives a matmul more tokens than this */
+#define TB_GRAPH_LAUNCHES 8 /* at least this many launches per recorded graph */
 
 static const char *const format_words[] = {"bf16", "nvfp4", "fp8"};
 static const qrt_wformat format_of_word[] = {QRT_WF_BF16, QRT_WF_NVFP4, QRT_WF_FP8B};
@@ -83,6 +91,7 @@ typedef struct {
     int fmt[3], n_fmt;
     int m[TB_MAX_M], n_m, reps, threads;
     double cell_ms;
+    int launch_timing; /* --timing launch */
     /* state */
     int gpu, warmups;
     const qrt_backend *be;
@@ -132,6 +141,11 @@ static int parse_value(tilebench *b, const char *a, const char *v) {
     if (!strcmp(a, "--reps")) return qrt_tool_int("tilebench", a, v, 3, 1000, &b->reps);
     if (!strcmp(a, "--threads")) return qrt_tool_int("tilebench", a, v, 1, 4096, &b->threads);
     if (!strcmp(a, "--cell-ms")) return qrt_tool_number("tilebench", a, v, 0, 60000, &b->cell_ms);
+    if (!strcmp(a, "--timing")) {
+        static const char *const timing_words[] = {"graph", "launch"};
+        const int i = qrt_tool_word("tilebench", a, v, timing_words, 2);
+        return i < 0 ? 0 : (b->launch_timing = i, 1);
+    }
     if (!strcmp(a, "--formats")) {
         int on[3] = {0};
         if (!parse_words(a, v, format_words, 3, on)) return 0;
@@ -322,22 +336,69 @@ static int cmp_double(const void *x, const void *y) {
     return a < c ? -1 : a > c;
 }
 
+/* The cell's launches over the copies, recorded into one graph: n of them, at least one pass over the copies.
+ * NULL when the backend cannot record (the caller times launches alone). */
+typedef struct {
+    const qrt_backend *be;
+    void *graph;
+} tb_replay;
+
+
+static void *record_cell(const tilebench *b, tb_weights *W, tb_launch *l, int *n) {
+    if (!b->be->graph_begin || !b->be->graph_begin(0)) return NULL;
+    *n = QRT_MAX(TB_GRAPH_LAUNCHES, W->copies);
+    for (int i = 0; i < *n; i++) {
+        l->w = &W->w[i % W->copies];
+        launch(l);
+    }
+    return b->be->graph_end();
+}
+
+#ifdef QRT_HAVE_CUDA
+static void replay(void *p) {
+    const tb_replay *r = p;
+    r->be->graph_launch(r->graph, 0, NULL, 0);
+}
+#endif
+
+/* One rep: a replay of the graph (ms per launch), or one launch alone. */
+static int time_rep(const tilebench *b, tb_launch *l, tb_replay *rp, int n, double *ms) {
+#ifdef QRT_HAVE_CUDA
+    if (rp->graph) {
+        if (qrt_tilebench_cuda_time(replay, rp, ms)) return 1;
+        *ms /= n;
+        return 0;
+    }
+#endif
+    (void)rp, (void)n;
+    return time_launch(b, l, ms);
+}
+
 /* Median ms of one kernel at T tokens, rotating over the copies; reps as the header comment says. */
 static int time_cell(const tilebench *b, tb_weights *W, int variant, const float *x, float *y, int T, double *med,
                      int *reps_out) {
     tb_launch l = {b->be, variant, NULL, x, T, y};
     double ms[1000];
     int launches = 0;
-    for (int i = 0; i < b->warmups; i++, launches++) {
+    for (int i = 0; i < b->warmups; i++, launches++) { /* plain: the backend's first calls allocate and tune */
         l.w = &W->w[launches % W->copies];
         if (time_launch(b, &l, &ms[0])) return 0;
     }
+    int n = 1;
+    tb_replay rp = {b->be, b->gpu && !b->launch_timing ? record_cell(b, W, &l, &n) : NULL};
+    if (b->gpu && !b->launch_timing && !rp.graph)
+        return fprintf(stderr, "qwenrt tilebench: recording the launches into a CUDA graph failed (try --timing "
+                               "launch)\n"), 0;
     int reps = b->reps;
     for (int r = 0; r < reps; r++, launches++) {
         l.w = &W->w[launches % W->copies];
-        if (time_launch(b, &l, &ms[r])) return 0;
-        if (r == 0 && ms[0] > 0 && b->cell_ms / ms[0] < reps) reps = QRT_MAX(3, (int)(b->cell_ms / ms[0]));
+        if (time_rep(b, &l, &rp, n, &ms[r])) {
+            if (rp.graph) b->be->graph_free(rp.graph);
+            return 0;
+        }
+        if (r == 0 && ms[0] > 0 && b->cell_ms / (ms[0] * n) < reps) reps = QRT_MAX(3, (int)(b->cell_ms / (ms[0] * n)));
     }
+    if (rp.graph) b->be->graph_free(rp.graph);
     qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
     *med = reps % 2 ? ms[reps / 2] : (ms[reps / 2 - 1] + ms[reps / 2]) / 2;
     *reps_out = reps;
@@ -551,11 +612,12 @@ static int write_json(const tilebench *b, const qrt_devinfo *d, const char *date
     json_t *ms = json_array(), *fmts = json_array();
     for (int i = 0; i < b->n_m; i++) json_array_append_new(ms, json_integer(b->m[i]));
     for (int i = 0; i < b->n_fmt; i++) json_array_append_new(fmts, json_string(format_words[b->fmt[i]]));
-    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:s, s:s}, s:{s:o, s:o, s:i, s:i, s:f, s:I}, s:f, s:o, s:O, "
+    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:s, s:s}, s:{s:o, s:o, s:i, s:i, s:s, s:f, s:I}, s:f, s:o, s:O, "
                           "s:O, s:f, s:f}", "tool", "tilebench", "schema_version", 1, "date", date, "backend",
                           b->be->name, "device", qrt_devinfo_json(d), "model", "source", b->dir ? "config" : "preset",
                           "name", b->dir ? b->dir : b->preset, "settings", "m", ms, "formats", fmts, "reps", b->reps,
-                          "warmups", b->warmups, "cell_ms", b->cell_ms, "cache_bytes", (json_int_t)b->cache_bytes,
+                          "warmups", b->warmups, "timing", b->gpu && !b->launch_timing ? "graph" : "launch",
+                          "cell_ms", b->cell_ms, "cache_bytes", (json_int_t)b->cache_bytes,
                           "read_gbs", b->peak_gbs, "shapes", shapes_json(b), "results", b->results, "skipped",
                           b->skipped, "estimate_s", est, "elapsed_s", elapsed);
     int rc = qrt_write_json(j, b->json_path);
@@ -574,8 +636,10 @@ static int run(tilebench *b) {
     strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&now));
     qrt_devinfo_line(&d, line, sizeof line);
     printf("# qwenrt tilebench, %s\n# device: %s\n# shapes of %s %s; backend %s; %zu MB cache (copies rotate over "
-           "4x that)\n", date, line, b->dir ? "config" : "preset", b->dir ? b->dir : b->preset, b->be->name,
-           b->cache_bytes >> 20);
+           "4x that); timing: %s\n", date, line, b->dir ? "config" : "preset", b->dir ? b->dir : b->preset,
+           b->be->name, b->cache_bytes >> 20,
+           !b->gpu ? "each launch alone" : b->launch_timing ? "each launch alone (CUDA events, host launch gap included)"
+                                                            : "launches back to back in a CUDA graph (replay / launches)");
     const double est = estimate_s(b);
     printf("# estimated run time: about %.0f s (rough: kernels at half the read bandwidth, slower with M)\n\n", est);
     printf("%-12s %-6s %4s %-14s %10s %8s %7s %9s %4s\n", "shape", "format", "M", "kernel", "ms", "GB/s", "%read",

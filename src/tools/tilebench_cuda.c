@@ -22,10 +22,10 @@ int qrt_tilebench_cuda_time(void (*launch)(void *ctx), void *ctx, double *ms) {
         CKT(cudaEventCreate(&ev_a));
         CKT(cudaEventCreate(&ev_b));
     }
-    CKT(cudaEventRecord(ev_a, 0));
+    CKT(cudaEventRecord(ev_a, cudaStreamPerThread)); /* the stream the backend runs on */
     launch(ctx);
     CKT(cudaGetLastError());
-    CKT(cudaEventRecord(ev_b, 0));
+    CKT(cudaEventRecord(ev_b, cudaStreamPerThread));
     CKT(cudaEventSynchronize(ev_b));
     float f = 0;
     CKT(cudaEventElapsedTime(&f, ev_a, ev_b));
