@@ -1362,13 +1362,10 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     }
 }
 
-/* y = (silu(g) · u) · Wᵀ. NVFP4 on more than one token: the product is made where x is prepared, by fp4_prep_x once
- * per element (one launch fewer per MLP: no swiglu kernel, no write and re-read of it). On one token x is prepared
- * in every block of the matmul, so each block would make the whole product again: measured on the H200, down_proj
- * took ~6 µs longer than the swiglu kernel it saves (decode 131.4 -> 124.0 tok/s). There, and for other formats:
- * swiglu into g, then the matmul. */
+/* y = (silu(g) · u) · Wᵀ. NVFP4: the product is made where x is prepared (one launch fewer per MLP: no swiglu
+ * kernel, no write and re-read of it); other formats: swiglu into g, then the matmul. */
 void qrt_cuda_swiglu_matmul(const qrt_linear *W, float *g, const float *u, int T, float *y) {
-    if (W->fmt == QRT_WF_NVFP4 && T > 1) {
+    if (W->fmt == QRT_WF_NVFP4) {
         qrt_nvfp4_swiglu_matmul_variant(qrt_nvfp4_pick(W, T), W, g, u, T, y);
         return;
     }
