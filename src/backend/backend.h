@@ -83,9 +83,6 @@ typedef struct qrt_backend {
                       float *out /* [T][Hq][Dh] */);
     /* y = silu(g) · u */
     void (*swiglu)(const float *g, const float *u, size_t n, float *y);
-    /* y = (silu(g) · u) · Wᵀ for g, u [T][K], bit-identical to swiglu then matmul; g's contents are undefined after
-     * (a backend may make the product there). NULL: the model calls the two. */
-    void (*swiglu_matmul)(const qrt_linear *W, float *g, const float *u, int T, float *y /* [T][N] */);
     /* The greedy choice per row, on the backend so only 4 bytes per row need to come back: out[r] = qrt_argmax of row
      * r, the first index of its largest value. NaN is never chosen over a number, except that a row starting with NaN
      * gives 0 (qrt_argmax's scan keeps its first element then). */

@@ -609,10 +609,6 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     const size_t F = (size_t)m->cfg.intermediate;
     float *const outs[] = {sc->mg, sc->mu}; /* gate, up */
     matmul_group(m->be, &l->mlp_in, sc->x, T, outs);
-    if (m->be->swiglu_matmul) {
-        m->be->swiglu_matmul(&l->down, sc->mg, sc->mu, T, sc->y);
-        return;
-    }
     m->be->swiglu(sc->mg, sc->mu, (size_t)T * F, sc->mg);
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }

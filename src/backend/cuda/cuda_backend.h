@@ -25,8 +25,6 @@ const char *qrt_nvfp4_variant_name(int v);
 int qrt_nvfp4_variant_order(int v);
 /* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
 void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
-/* The same on x = silu(g) · u, made inside (swiglu_matmul); bit-identical to swiglu, then variant v. */
-void qrt_nvfp4_swiglu_matmul_variant(int v, const qrt_linear *W, const float *g, const float *u, int T, float *y);
 /* The variant the table picks for (N, K, T): QRT_NVFP4_VARIANT if set, else the cached or freshly
  * measured fastest (timed on W with scratch activations). */
 int qrt_nvfp4_pick(const qrt_linear *W, int T);

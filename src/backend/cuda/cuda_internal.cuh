@@ -112,6 +112,5 @@ void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *
                         const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta);
 void qrt_cuda_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y);
-void qrt_cuda_swiglu_matmul(const qrt_linear *W, float *g, const float *u, int T, float *y);
 void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out);
 #endif

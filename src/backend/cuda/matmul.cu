@@ -312,30 +312,19 @@ __device__ __forceinline__ float4 ld_x16(const float *p) {
     asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
     return r;
 }
-__device__ __forceinline__ void fp4_load4(const float *row, int64_t K, int64_t k0, bool vec, float (&v)[4]) {
-    if (vec) {
-        const float4 f = k0 < K ? ld_x16(row + k0) : make_float4(0, 0, 0, 0);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else {
-#pragma unroll
-        for (int e = 0; e < 4; e++) v[e] = k0 + e < K ? row[k0 + e] : 0.0f;
-    }
-}
-/* urow (swiglu_matmul's up projection) set: the elements are silu(xrow) · urow, as qrt_cuda_swiglu computes them. */
-__device__ __forceinline__ void fp4_prep_load(const float *xrow /* [K] */, const float *urow /* [K] or NULL */,
-                                              int64_t K, int64_t s, int lane, float (&v)[4][4]) {
+__device__ __forceinline__ void fp4_prep_load(const float *xrow /* [K] */, int64_t K, int64_t s, int lane,
+                                              float (&v)[4][4]) {
     const int c = lane & 3, i = lane >> 2;
-    /* K % 16 == 0: a group of 4 is in bounds or all past K */
-    const bool vec = (((uintptr_t)xrow | (uintptr_t)urow) & 15) == 0;
+    const bool vec = ((uintptr_t)xrow & 15) == 0; /* K % 16 == 0: a group of 4 is in bounds or all past K */
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int64_t k0 = s * FP4_SLICE + (4 * c + q) * 32 + 4 * i;
-        fp4_load4(xrow, K, k0, vec, v[q]);
-        if (urow) {
-            float w[4];
-            fp4_load4(urow, K, k0, vec, w);
+        if (vec) {
+            const float4 f = k0 < K ? ld_x16(xrow + k0) : make_float4(0, 0, 0, 0);
+            v[q][0] = f.x, v[q][1] = f.y, v[q][2] = f.z, v[q][3] = f.w;
+        } else {
 #pragma unroll
-            for (int e = 0; e < 4; e++) v[q][e] = silu_f(v[q][e]) * w[e];
+            for (int e = 0; e < 4; e++) v[q][e] = k0 + e < K ? xrow[k0 + e] : 0.0f;
         }
     }
 }
@@ -374,16 +363,10 @@ __device__ __forceinline__ void fp4_prep_convert(const float (&v)[4][4], uint4 (
     }
 }
 
-/* What a matmul reads as x: x itself, or (u set, swiglu_matmul) silu(x) · u, made where x is prepared. */
-struct fp4_act {
-    const float *x; /* [T][K] */
-    const float *u; /* [T][K] or NULL */
-};
-
 /* One warp per (token, slice), into the layout the B fragments are read in: xf [T/8][S][4 q][8 i][32 lanes] uint4,
  * lane 4g + c holding part g & 1 (hi, lo) of tokens 8·tg + g/2 (x, y) and 8·tg + 4 + g/2 (z, w): one 16-byte load
  * feeds both token tiles of an 8-token pass. */
-__global__ void fp4_prep_x(const fp4_act act, int64_t K, int T, int64_t S,
+__global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
                            uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
     const int lane = threadIdx.x & 31;
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -392,7 +375,7 @@ __global__ void fp4_prep_x(const fp4_act act, int64_t K, int T, int64_t S,
     const int64_t s = wid % S;
     const int c = lane & 3, i = lane >> 2;
     float v[4][4];
-    fp4_prep_load(act.x + (size_t)t * K, act.u ? act.u + (size_t)t * K : NULL, K, s, lane, v);
+    fp4_prep_load(x + (size_t)t * K, K, s, lane, v);
     uint4 u[4];
     float down;
     fp4_prep_convert(v, u, down);
@@ -415,8 +398,7 @@ __global__ void fp4_prep_x(const fp4_act act, int64_t K, int T, int64_t S,
  * x's loads rather than ahead of them. Every thread of the block must call it (it ends with a barrier). */
 #define FP4_PREP_BATCH 3
 template <typename F>
-__device__ __forceinline__ void fp4_prep_block(const fp4_act &act /* one token */, int64_t K, int64_t S, uint4 *xs,
-                                               float *xsc,
+__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc,
                                                F after_loads) {
     const int lane = threadIdx.x & 31, c = lane & 3, i = lane >> 2;
     const int64_t W = blockDim.x >> 5;
@@ -425,7 +407,7 @@ __device__ __forceinline__ void fp4_prep_block(const fp4_act &act /* one token *
         float v[FP4_PREP_BATCH][4][4];
 #pragma unroll
         for (int b = 0; b < FP4_PREP_BATCH; b++)
-            if (s0 + b * W < S) fp4_prep_load(act.x, act.u, K, s0 + b * W, lane, v[b]);
+            if (s0 + b * W < S) fp4_prep_load(x, K, s0 + b * W, lane, v[b]);
         if (first) after_loads();
         first = false;
 #pragma unroll
@@ -691,7 +673,7 @@ __device__ __forceinline__ void fp4_prefetch_slice(const uint8_t *block, int lan
 template <int NT, int TPB, bool SX>
 __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                              const fp4_segments seg, fp4_xsrc xs,
-                                                             const fp4_act act /* SX: one token */, int64_t K, int64_t S,
+                                                             const float *x /* SX: [K] */, int64_t K, int64_t S,
                                                              int T) {
     extern __shared__ uint4 fp4_xs[]; /* SX: [S][32][4], then [S] f32 scales */
     const int lane = threadIdx.x & 31;
@@ -699,7 +681,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
     const bool has_tile = tile < seg.tile_begin[seg.count];
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     if (SX) {
-        fp4_prep_block(act, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128), [&] {
+        fp4_prep_block(x, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128), [&] {
             for (int64_t s = 0; has_tile && s < S && s < 2; s++) fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
         });
         xs = fp4_xsrc{fp4_xs, reinterpret_cast<const float *>(fp4_xs + S * 128)};
@@ -727,7 +709,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
  * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
 template <int NT, int WK, bool SX>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                     const fp4_segments seg, fp4_xsrc xs, const fp4_act act /* SX: one token */,
+                                                     const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
     extern __shared__ float fp4_part[]; /* [S][NT][2][32] p, then SX: [S][32][4] uint4 and [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -735,7 +717,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     if (SX) {
         uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 64);
-        fp4_prep_block(act, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), [&] {
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), [&] {
             for (int64_t s = warp; s < S && s < warp + 2 * WK; s += WK)
                 fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
         });
@@ -893,7 +875,7 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
 template <int NT, int WPB, int D, bool SX>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, fp4_xsrc xs,
-                                                       const fp4_act act /* SX: one token */, int64_t K, int64_t S, int T,
+                                                       const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
                                                        int t0, const fp4_st_work st) {
     extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -910,7 +892,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     };
     if (SX) { /* the copies behind x's loads: queued ahead of them, x waited out ~20 MB of copies (~4 µs, measured) */
         uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
-        fp4_prep_block(act, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
         xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
     } else {
         start_copies();
@@ -969,7 +951,7 @@ static fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
 }
 
 /* x [T][K] → xf_buf fragments and slice scales (fp4_prep_x); returns the scales. */
-static float *fp4_prepare_x(const fp4_act &act, int64_t K, int T, int64_t S) {
+static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
     const int64_t TG = (T + 7) / 8;
     const size_t frag_bytes = (size_t)TG * S * 4 * 8 * 32 * sizeof(uint4), bytes = frag_bytes + sizeof(float) * T * S;
     if (bytes > xf_cap) {
@@ -981,7 +963,7 @@ static float *fp4_prepare_x(const fp4_act &act, int64_t K, int T, int64_t S) {
         qrt_cuda_scratch_moved();
     }
     float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
-    fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(act, K, T, S, xf_buf, xscale);
+    fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
     QRT_CUDA_LAUNCHED();
     return xscale;
 }
@@ -1002,24 +984,24 @@ template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t 
 }
 
 template <int NT, int TPB, bool SX>
-static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const fp4_act &act, int64_t K,
+static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = SX ? fp4_sx_bytes(S) : 0;
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX>, smem, granted);
     QRT_ASSERT(fits); /* x's shared copy: ~2 KB per 512 of K */
-    fp4_mma_w1<NT, TPB, SX><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, act, K,
+    fp4_mma_w1<NT, TPB, SX><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
                                                                                                     S, T);
 }
 
 template <int NT, int WK, bool SX>
-static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const fp4_act &act, int64_t K,
+static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                      int64_t S, int T) {
     const size_t smem = (size_t)S * NT * 2 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
     QRT_ASSERT(fits);
-    fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, act, K, S, T);
+    fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
 /* mma_st's split-tile scratch (fp4_st_work), grown on demand like xf_buf: part floats, done counters (zeroed). */
@@ -1050,7 +1032,7 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
  * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
 template <int NT, int WPB, int D, bool SX>
-static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const fp4_act &act, int64_t K,
+static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0, occ_smem = 0;
@@ -1066,7 +1048,7 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
-        fp4_mma_st<NT, WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, act, K, S, T, t0, st);
+        fp4_mma_st<NT, WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
     return true;
 }
 
@@ -1074,11 +1056,11 @@ static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx",
 #define FP4_VARIANTS 5
 
 template <int WPB, int D>
-static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const fp4_act &act, int64_t K,
+static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                         int64_t S, int T, bool sx) {
-    if (sx) return launch_st<1, WPB, D, true>(blocks, seg, xs, act, K, S, T);
-    if (T <= 4) return launch_st<1, WPB, D, false>(blocks, seg, xs, act, K, S, T);
-    return launch_st<2, WPB, D, false>(blocks, seg, xs, act, K, S, T);
+    if (sx) return launch_st<1, WPB, D, true>(blocks, seg, xs, x, K, S, T);
+    if (T <= 4) return launch_st<1, WPB, D, false>(blocks, seg, xs, x, K, S, T);
+    return launch_st<2, WPB, D, false>(blocks, seg, xs, x, K, S, T);
 }
 
 /* Variant v (< FP4_VARIANTS) over the segments. Token tiles per pass: 1 (4 tokens) up to T = 4, else 2, and 4 for
@@ -1086,35 +1068,35 @@ static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp
  * variant but mma_k4 runs one launch that prepares its own x (SX; the x-preparation launch costs 4-8 µs per call);
  * otherwise x is prepared by fp4_prep_x, then the launch (preparing all of x in each of mma_k4's few blocks measured
  * slower on down_proj, 22.7% against 32.4%). Both read the same fragment values, so the bits are the same. */
-static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const fp4_act &act,
+static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
     const bool sx = T == 1 && v != 1;
     fp4_xsrc xs = {NULL, NULL};
     if (!sx) {
-        const float *xscale = fp4_prepare_x(act, K, T, S); /* may grow xf_buf: read it after */
+        const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
         xs = fp4_xsrc{xf_buf, xscale};
     }
     bool ran = true;
     switch (v) {
     case 0:
-        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, act, K, S, T);
-        else if (T > 4) launch_w1<2, 4, false>(blocks, seg, xs, act, K, S, T);
-        else launch_w1<1, 4, false>(blocks, seg, xs, act, K, S, T);
+        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
         break;
     case 1:
     case 2:
-        if (sx) launch_k<1, 4, true>(blocks, seg, xs, act, K, S, T);
-        else if (T > 8) launch_k<4, 4, false>(blocks, seg, xs, act, K, S, T);
-        else if (T > 4) launch_k<2, 4, false>(blocks, seg, xs, act, K, S, T);
-        else launch_k<1, 4, false>(blocks, seg, xs, act, K, S, T);
+        if (sx) launch_k<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else if (T > 8) launch_k<4, 4, false>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
+        else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
         break;
-    case 3: ran = launch_st_t<12, 2>(blocks, seg, xs, act, K, S, T, sx); break;
-    default: ran = launch_st_t<16, 2>(blocks, seg, xs, act, K, S, T, sx); break;
+    case 3: ran = launch_st_t<12, 2>(blocks, seg, xs, x, K, S, T, sx); break;
+    default: ran = launch_st_t<16, 2>(blocks, seg, xs, x, K, S, T, sx); break;
     }
     if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
-        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, act, K, S, T);
-        else launch_w1<1, 4, false>(blocks, seg, xs, act, K, S, T);
+        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -1125,13 +1107,7 @@ extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANT
 
 extern "C" void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    launch_fp4_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, fp4_act{x, NULL}, T);
-}
-
-extern "C" void qrt_nvfp4_swiglu_matmul_variant(int v, const qrt_linear *W, const float *g, const float *u, int T,
-                                                float *y) {
-    QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && v >= 0 && v < FP4_VARIANTS && T >= 1);
-    launch_fp4_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, fp4_act{g, u}, T);
+    launch_fp4_variant(v, (const uint8_t *)W->data, fp4_one_segment(W, y), W->k, x, T);
 }
 
 /* ---- NVFP4 device layout: row-major rows → slice blocks (prepare_linear, tilebench) ------------------ */
@@ -1362,17 +1338,6 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     }
 }
 
-/* y = (silu(g) · u) · Wᵀ. NVFP4: the product is made where x is prepared (one launch fewer per MLP: no swiglu
- * kernel, no write and re-read of it); other formats: swiglu into g, then the matmul. */
-void qrt_cuda_swiglu_matmul(const qrt_linear *W, float *g, const float *u, int T, float *y) {
-    if (W->fmt == QRT_WF_NVFP4) {
-        qrt_nvfp4_swiglu_matmul_variant(qrt_nvfp4_pick(W, T), W, g, u, T, y);
-        return;
-    }
-    qrt_cuda_swiglu(g, u, (size_t)T * W->k, g);
-    qrt_cuda_matmul(W, g, T, y);
-}
-
 /* ---- fused groups ------------------------------------------------------------------------------------
  * The NVFP4 parts of a group (in part order) are laid out in one allocation: the slice blocks of each part's tiles,
  * one part after another (a part's last tile is zero-padded, so a tile never spans two parts). Each part's data
@@ -1454,5 +1419,5 @@ void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, flo
         seg.y[j] = y[i];
     }
     seg.tile_begin[seg.count] = tile_begin[count];
-    launch_fp4_variant(variant, (const uint8_t *)g->fused, seg, K, fp4_act{x, NULL}, T);
+    launch_fp4_variant(variant, (const uint8_t *)g->fused, seg, K, x, T);
 }
