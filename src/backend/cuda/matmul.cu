@@ -19,7 +19,9 @@
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
  *   lost occupancy or spilled; programmatic dependent launch on the legacy stream gave nothing measurable. Session 3:
  *   a prefill variant with one warp per chunk step q (each warp decoding a quarter of a slice for 32 tokens) was no
- *   faster than mma_w1 at M = 16..256: the x fragments, re-read from L2 by every tile, are the limit there.
+ *   faster than mma_w1 at M = 16..256: the x fragments, re-read from L2 by every tile, are the limit there. Session 4:
+ *   one whole tile per warp through a 4-slot ring (no split tiles) won nowhere; silu(gate)·up made in the x
+ *   preparation cost more than the swiglu launch it saved (one token: every block makes it again).
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
