@@ -305,7 +305,7 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
             return;
         }
     }
-    qrt_linear_group hg = {n, {NULL}, NULL}, g = {n, {NULL}, NULL};
+    qrt_linear_group hg = {n, {NULL}, NULL, 0, 0}, g = {n, {NULL}, NULL, 0, 0};
     for (int i = 0; i < n; i++) hg.part[i] = &host[i], g.part[i] = &grouped[i];
     if (cpu->prepare_group(&hg) != QRT_OK || gpu->prepare_group(&g) != QRT_OK) {
         printf("FAIL prepare_group: %s\n", qrt_last_error());
@@ -352,6 +352,88 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
     for (int i = 0; i < n; i++) {
         gpu->free((void *)alone[i].data), gpu->free((void *)alone[i].scales);
         if (!g.fused || grouped[i].fmt != QRT_WF_NVFP4) gpu->free((void *)grouped[i].data), gpu->free((void *)grouped[i].scales);
+        free(mem[i][0]), free(mem[i][1]);
+    }
+    gpu->free(g.fused);
+}
+
+/* ---- a paired gate|up group (matmul_swiglu) --------------------------------------------------------- */
+
+/* NVFP4 gate and up of N rows over K, laid out in pairs by prepare_group (swiglu set): matmul_group must give each
+ * part's bits of matmul on it alone, matmul_swiglu (and every variant of it) the bits of swiglu on those, and both
+ * agree with the CPU. */
+static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+    qrt_linear host[2], alone[2], paired[2];
+    void *mem[2][2];
+    for (int i = 0; i < 2; i++) {
+        const size_t elems = (size_t)N * (size_t)K;
+        uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
+        for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 977 + j);
+        for (size_t j = 0; j < elems / 16; j++) {
+            const uint64_t r = mix64(seed * 13 + (uint64_t)i * 991 + j);
+            scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
+        }
+        mem[i][0] = codes, mem[i][1] = scales;
+        host[i] = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales,
+                               .scale2 = 0.0123f * (float)(i + 1), .name = i ? "pair up" : "pair gate"};
+        alone[i] = paired[i] = host[i];
+        if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&paired[i]) != QRT_OK) {
+            printf("FAIL prepare_linear pair part: %s\n", qrt_last_error());
+            failures++;
+            return;
+        }
+    }
+    qrt_linear_group hg = {2, {&host[0], &host[1]}, NULL, 1, 0}, g = {2, {&paired[0], &paired[1]}, NULL, 1, 0};
+    if (cpu->prepare_group(&hg) != QRT_OK || gpu->prepare_group(&g) != QRT_OK) {
+        printf("FAIL prepare_group (pair): %s\n", qrt_last_error());
+        failures++;
+        return;
+    }
+    checks++;
+    if (!g.paired) failures++, printf("FAIL pair N=%lld K=%lld: prepare_group did not pair gate|up\n", (long long)N,
+                                      (long long)K);
+    for (int ti = 0; ti < nT && g.paired; ti++) {
+        const int T = Ts[ti];
+        const size_t len = (size_t)T * N;
+        float *x = host_rand((size_t)T * K, seed + 200 + (uint64_t)T, -1.0f, 1.0f);
+        float *xd = dev_in(x, (size_t)T * K);
+        float *ya[2], *yp[2], *yad[2], *ypd[2];
+        for (int i = 0; i < 2; i++) {
+            yad[i] = dev_out(len), ypd[i] = dev_out(len);
+            gpu->matmul(&alone[i], xd, T, yad[i]);
+        }
+        gpu->matmul_group(&g, xd, T, ypd);
+        char what[160];
+        for (int i = 0; i < 2; i++) {
+            ya[i] = download(yad[i], len), yp[i] = download(ypd[i], len);
+            snprintf(what, sizeof what, "pair N=%lld K=%lld T=%d part %d same bits as matmul on it alone",
+                     (long long)N, (long long)K, T, i);
+            expect_same_bits(what, yp[i], ya[i], len);
+        }
+        /* reference: swiglu of the parts run alone (on the GPU for the bits, on the CPU for the values) */
+        float *refd = dev_out(len), *cpu_y[2] = {malloc(sizeof(float) * len), malloc(sizeof(float) * len)};
+        gpu->swiglu(yad[0], yad[1], len, refd);
+        float *ref = download(refd, len);
+        cpu->matmul_group(&hg, x, T, cpu_y);
+        cpu->swiglu(cpu_y[0], cpu_y[1], len, cpu_y[0]);
+        float *sd = dev_out(len), *scratch = dev_out(len);
+        gpu->matmul_swiglu(&g, xd, T, sd, scratch);
+        snprintf(what, sizeof what, "pair N=%lld K=%lld T=%d matmul_swiglu vs cpu", (long long)N, (long long)K, T);
+        float *sy = check_dev(what, sd, NULL, cpu_y[0], len, 5e-6);
+        expect_same_bits("  same bits as swiglu on the parts alone", sy, ref, len);
+        free(sy);
+        for (int v = 0; v < qrt_nvfp4_variant_count(); v++) {
+            qrt_nvfp4_matmul_swiglu_variant(v, &g, xd, T, sd);
+            float *vy = download(sd, len);
+            snprintf(what, sizeof what, "  %s same bits", qrt_nvfp4_variant_name(v));
+            expect_same_bits(what, vy, ref, len);
+            free(vy);
+        }
+        for (int i = 0; i < 2; i++) free(ya[i]), free(yp[i]), gpu->free(yad[i]), gpu->free(ypd[i]), free(cpu_y[i]);
+        free(ref), gpu->free(refd), gpu->free(sd), gpu->free(scratch), gpu->free(xd), free(x);
+    }
+    for (int i = 0; i < 2; i++) {
+        gpu->free((void *)alone[i].data), gpu->free((void *)alone[i].scales);
         free(mem[i][0]), free(mem[i][1]);
     }
     gpu->free(g.fused);
@@ -771,6 +853,9 @@ int main(int argc, char **argv) {
         test_group(odd2, 2, 48, 0, Tf, 5, 145);
         test_group(mixed, 3, 1024, 2, Tf, 5, 146);
         test_group(one, 2, 512, 1, Tg, 2, 147);
+        test_pair(17408, 5120, Tg, 2, 148); /* Qwen3.6-27B's gate|up */
+        test_pair(200, 176, Tf, 5, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
+        test_pair(40, 48, Tf, 5, 150);
     }
     /* norms */
     test_rmsnorm(7, 5120, 71);

@@ -16,13 +16,16 @@ typedef struct {
 } qrt_kv;
 
 /* Projections that read the same input x (GDN in_proj qkv|z|b|a, attention q|k|v, MLP gate|up), run as one op
- * so a backend can make them one launch. The parts stay ordinary linears, usable alone with matmul. */
+ * so a backend can make them one launch. The parts stay ordinary linears, usable alone with matmul, except in a
+ * gate|up group that prepare_group laid out in pairs (paired): then only matmul_group and matmul_swiglu read them. */
 #define QRT_GROUP_MAX 4
 typedef struct {
     int n;                          /* parts, 1..QRT_GROUP_MAX, all with the same K */
     qrt_linear *part[QRT_GROUP_MAX];
     void *fused; /* backend memory holding every part's rows when prepare_group laid them out together; NULL
                   * when the parts run one by one (the CPU, mixed formats) */
+    int swiglu;  /* set before prepare_group: part 0 is an MLP's gate, part 1 its up (matmul_swiglu's input) */
+    int paired;  /* set by prepare_group: gate and up rows interleaved for matmul_swiglu's one launch */
 } qrt_linear_group;
 
 /* Bytes per cached element of a QRT_KV_* format. */
@@ -50,6 +53,10 @@ typedef struct qrt_backend {
     /* y[i] = x · part[i]ᵀ for every part, bit-identical to matmul on each part (y: host array of n pointers). */
     void (*matmul_group)(const qrt_linear_group *g, const float *x /* [T][K] */, int T,
                          float *const *y /* y[i]: [T][N_i] */);
+    /* y = silu(x · gateᵀ) · (x · upᵀ) for a swiglu group {gate, up}, bit-identical to matmul_group then swiglu; up
+     * [T][N] is scratch the op may use. NULL: the model calls those two. */
+    void (*matmul_swiglu)(const qrt_linear_group *g, const float *x /* [T][K] */, int T, float *y /* [T][N] */,
+                          float *up /* [T][N] */);
     /* y = x · rsqrt(mean(x²) + eps) · w, per row of n; w already holds (1 + w) for zero-centred norms. */
     void (*rmsnorm)(const float *x, const float *w /* [n] */, int rows, int n, float eps, float *y);
     /* The residual add and the next norm in one pass: h += y, then x = rmsnorm(h) · w, per row of n. Bit-identical

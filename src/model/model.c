@@ -158,7 +158,7 @@ static qrt_status prepare_layer(qrt_model *m, qrt_layer *l) {
 }
 
 static void group_of(qrt_linear_group *g, int n, qrt_linear *a, qrt_linear *b, qrt_linear *c, qrt_linear *d) {
-    *g = (qrt_linear_group){n, {a, b, c, d}, NULL};
+    *g = (qrt_linear_group){n, {a, b, c, d}, NULL, 0, 0};
 }
 
 qrt_status qrt_layer_prepare_groups(const qrt_backend *be, qrt_layer *l) {
@@ -166,6 +166,7 @@ qrt_status qrt_layer_prepare_groups(const qrt_backend *be, qrt_layer *l) {
     if (l->in_qkv.data) group_of(&l->mixer_in, 4, &l->in_qkv, &l->in_z, &l->in_b, &l->in_a);
     else group_of(&l->mixer_in, 3, &l->q, &l->k, &l->v, NULL);
     group_of(&l->mlp_in, 2, &l->gate, &l->up, NULL, NULL);
+    l->mlp_in.swiglu = 1;
     if (be->prepare_group) {
         QRT_TRY(be->prepare_group(&l->mixer_in));
         QRT_TRY(be->prepare_group(&l->mlp_in));
@@ -608,8 +609,11 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     qrt_scratch *sc = &s->sc;
     const size_t F = (size_t)m->cfg.intermediate;
     float *const outs[] = {sc->mg, sc->mu}; /* gate, up */
-    matmul_group(m->be, &l->mlp_in, sc->x, T, outs);
-    m->be->swiglu(sc->mg, sc->mu, (size_t)T * F, sc->mg);
+    if (m->be->matmul_swiglu) m->be->matmul_swiglu(&l->mlp_in, sc->x, T, sc->mg, sc->mu);
+    else {
+        matmul_group(m->be, &l->mlp_in, sc->x, T, outs);
+        m->be->swiglu(sc->mg, sc->mu, (size_t)T * F, sc->mg);
+    }
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }
 

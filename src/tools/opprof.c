@@ -74,6 +74,9 @@ static uint64_t group_bytes(const qrt_linear_group *g) {
 static void t_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
     TIMED(matmul_cat(g->part[0]), group_bytes(g), real->matmul_group(g, x, T, y));
 }
+static void t_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up) {
+    TIMED(matmul_cat(g->part[0]), group_bytes(g), real->matmul_swiglu(g, x, T, y, up));
+}
 static void t_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
     TIMED(QRT_OPCAT_OTHER, 0, real->rmsnorm(x, w, rows, n, eps, y));
 }
@@ -110,6 +113,7 @@ const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm;
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
     if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
+    if (r->matmul_swiglu) timed.matmul_swiglu = t_matmul_swiglu; /* ... and calls matmul_group, swiglu */
     timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm, timed.argmax = t_argmax;
     /* each op is timed on its own: no graphs (a replay would run the ops without calling these wrappers) */
     timed.graph_begin = NULL, timed.graph_end = NULL, timed.graph_launch = NULL, timed.graph_free = NULL;

@@ -284,6 +284,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->attn_prep = qrt_cuda_attn_prep;
         b->attention = qrt_cuda_attention;
         b->swiglu = qrt_cuda_swiglu;
+        b->matmul_swiglu = qrt_cuda_matmul_swiglu;
         b->argmax = qrt_cuda_argmax;
         b->graph_begin = cuda_graph_begin;
         b->graph_end = cuda_graph_end;

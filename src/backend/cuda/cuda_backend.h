@@ -25,6 +25,8 @@ const char *qrt_nvfp4_variant_name(int v);
 int qrt_nvfp4_variant_order(int v);
 /* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
 void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
+/* Variant v on a paired gate|up group (g->paired): y [T][N] = silu(x · gateᵀ) · (x · upᵀ), as matmul_swiglu. */
+void qrt_nvfp4_matmul_swiglu_variant(int v, const qrt_linear_group *g, const float *x, int T, float *y);
 /* The variant the table picks for (N, K, T): QRT_NVFP4_VARIANT if set, else the cached or freshly
  * measured fastest (timed on W with scratch activations). */
 int qrt_nvfp4_pick(const qrt_linear *W, int T);

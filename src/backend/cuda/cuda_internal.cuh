@@ -102,6 +102,7 @@ void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *o
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
+void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up);
 void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y);
 void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x);
 void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y);

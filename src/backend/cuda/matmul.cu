@@ -574,26 +574,37 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
 /* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
  * another in one allocation (a tile never spans two parts). Each row keeps its part's scale2 and is written to its
  * part's output; its reduction is unchanged, so a fused launch gives the same bits as one launch per part. */
+/* A paired gate|up group (prepare_group, "paired layout" at the end of the file) is one segment of 8-row pairs:
+ * tile i holds gate rows 8i..8i+7 in its rows 0..7 and up rows 8i..8i+7 in rows 8..15, so the lane that sums row g
+ * also sums row g + 8, and can write both (FP4_PAIR) or silu(gate) · up (FP4_PAIR_SWIGLU). */
+enum { FP4_PARTS = 0, FP4_PAIR = 1, FP4_PAIR_SWIGLU = 2 };
 typedef struct {
-    int count;
+    int count, pair;                       /* pair: FP4_PARTS, or a paired group (count 1, parts 0 and 1 below) */
     int64_t tile_begin[QRT_GROUP_MAX + 1]; /* first tile of each part; tile_begin[count] = tiles in all */
     int64_t rows[QRT_GROUP_MAX];           /* N of each part */
     float scale2[QRT_GROUP_MAX];
     float *y[QRT_GROUP_MAX];               /* [T][rows[i]] */
 } fp4_segments;
 
-/* Where a tile's rows go: its part's output, rows and scale2. */
+/* Where a tile's rows go: its part's output, rows and scale2 (paired: part 0's for rows g, part 1's for g + 8). */
 typedef struct {
     int64_t N, row0; /* rows of the part; the tile's first row within it */
     float f;         /* 64 · scale2: undoes the decode's 2^-6 and applies the tensor scale */
     float *y;
+    int pair;
+    float f1; /* paired: up's */
+    float *y1;
 } fp4_tile_out;
 __device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg, int64_t tile) {
+    if (seg.pair != FP4_PARTS)
+        return fp4_tile_out{seg.rows[0], tile * 8, 64.0f * seg.scale2[0], seg.y[0], seg.pair, 64.0f * seg.scale2[1],
+                            seg.y[1]};
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
         if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
-    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 64.0f * seg.scale2[p], seg.y[p]};
+    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 64.0f * seg.scale2[p], seg.y[p], FP4_PARTS,
+                        0.0f, NULL};
 }
 
 /* Where a kernel reads x: the fragments fp4_prep_x made in global memory (any T), or, for one token, the block's
@@ -649,6 +660,19 @@ __device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t 
 template <int NT>
 __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][2]) {
     const int g = lane >> 2, c = lane & 3;
+    if (o.pair != FP4_PARTS) { /* row g: gate row row0 + g; row g + 8: the same row of up */
+        const int64_t row = o.row0 + g;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int tok = t0 + 4 * nt + c;
+            if (row >= o.N || tok >= T) continue;
+            const float gate = acc[nt][0] * o.f, up = acc[nt][1] * o.f1; /* what the unpaired stores hold */
+            const size_t at = (size_t)tok * o.N + row;
+            if (o.pair == FP4_PAIR_SWIGLU) o.y[at] = silu_f(gate) * up; /* qrt_cuda_swiglu's expression */
+            else o.y[at] = gate, o.y1[at] = up;
+        }
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1335,7 +1359,11 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
     case QRT_WF_F16: launch_dense<QRT_WF_F16>(W, x, T, y); break;
     case QRT_WF_F32: launch_dense<QRT_WF_F32>(W, x, T, y); break;
     case QRT_WF_FP8B: launch_dense<QRT_WF_FP8B>(W, x, T, y); break;
-    case QRT_WF_NVFP4: qrt_nvfp4_matmul_variant(qrt_nvfp4_pick(W, T), W, x, T, y); break;
+    case QRT_WF_NVFP4:
+        /* a part of a paired gate|up group (scales set to the pair layout) runs only through its group */
+        QRT_ASSERT(W->scales == NULL);
+        qrt_nvfp4_matmul_variant(qrt_nvfp4_pick(W, T), W, x, T, y);
+        break;
     default: QRT_ASSERT(!"weight format without a CUDA matmul (prepare_linear refuses it)");
     }
 }
@@ -1364,8 +1392,64 @@ static int fp4_group_layout(const qrt_linear_group *g, int in_fused[QRT_GROUP_MA
     return count;
 }
 
+/* ---- paired layout of a gate|up group --------------------------------------------------------------
+ * Pair tile i, slice s, from the two parts' slice blocks: its row half 0 is half i % 2 of gate tile i / 2, its row
+ * half 1 the same half of up tile i / 2; each lane's scale uint4 takes that half's 8 bytes from each (a slice block's
+ * layout: "The slice block of one (tile, slice)" above). One thread per uint4 of the result. */
+__global__ void fp4_pair_blocks(const uint4 *gate /* [tiles][S][288] */, const uint4 *up, int64_t pair_tiles,
+                                int64_t S, uint4 *out /* [pair_tiles][S][288] */) {
+    const int64_t n = pair_tiles * S * FP4_BLOCK_U4;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = idx % FP4_BLOCK_U4, ts = idx / FP4_BLOCK_U4, s = ts % S, i = ts / S;
+        const int half = (int)(i & 1);
+        const int64_t src = ((i / 2) * S + s) * FP4_BLOCK_U4; /* the (tile i / 2, s) block of either part */
+        uint4 v;
+        if (j < 128) v = gate[src + half * 128 + j];
+        else if (j < 256) v = up[src + half * 128 + (j - 128)];
+        else {
+            const uint4 a = gate[src + j], b = up[src + j];
+            v = half ? make_uint4(a.z, a.w, b.z, b.w) : make_uint4(a.x, a.y, b.x, b.y);
+        }
+        out[idx] = v;
+    }
+}
+
+/* A swiglu group of two NVFP4 parts of one shape, laid out in pairs: true when done (g->fused holds it, both parts
+ * point into it with scales set to it, the mark that they no longer run alone). */
+static qrt_status fp4_prepare_pair(qrt_linear_group *g, bool *done) {
+    *done = false;
+    qrt_linear *gate = g->part[0], *up = g->n == 2 ? g->part[1] : NULL;
+    if (!g->swiglu || !up || gate->fmt != QRT_WF_NVFP4 || up->fmt != QRT_WF_NVFP4 || gate->n != up->n ||
+        gate->k != up->k)
+        return QRT_OK;
+    const int64_t S = qrt_nvfp4_row_elems(gate->k) / FP4_SLICE, pair_tiles = 2 * ((gate->n + 15) / 16);
+    const size_t bytes = (size_t)pair_tiles * S * FP4_BLOCK_BYTES;
+    uint8_t *paired = NULL;
+    cudaError_t e = cudaMalloc(&paired, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the paired gate|up projections failed: %s",
+                        gate->name ? gate->name : "?", bytes / 1e6, cudaGetErrorString(e));
+    }
+    fp4_pair_blocks<<<qrt_grid((size_t)pair_tiles * S * FP4_BLOCK_U4, 256), 256>>>(
+        (const uint4 *)gate->data, (const uint4 *)up->data, pair_tiles, S, (uint4 *)paired);
+    QRT_CUDA_LAUNCHED();
+    QRT_CUDA_CHECK(cudaDeviceSynchronize());
+    QRT_CUDA_CHECK(cudaFree(const_cast<void *>(gate->data)));
+    QRT_CUDA_CHECK(cudaFree(const_cast<void *>(up->data)));
+    gate->data = up->data = gate->scales = up->scales = paired;
+    g->fused = paired;
+    g->paired = 1;
+    *done = true;
+    return QRT_OK;
+}
+
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
     g->fused = NULL;
+    g->paired = 0;
+    bool paired = false;
+    QRT_TRY(fp4_prepare_pair(g, &paired));
+    if (paired) return QRT_OK;
     int in_fused[QRT_GROUP_MAX];
     int64_t tile_begin[QRT_GROUP_MAX + 1], K;
     const int count = fp4_group_layout(g, in_fused, tile_begin, &K);
@@ -1392,7 +1476,45 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
     return QRT_OK;
 }
 
+/* A paired group's launch: gate and up into y0 and y1 (FP4_PAIR), or silu(gate) · up into y0 (FP4_PAIR_SWIGLU). The
+ * variant is picked for the shape of both parts' rows, as for any fused group. */
+static void fp4_pair_launch(int v /* -1: the autotuner's */, const qrt_linear_group *g, const float *x, int T,
+                            int pair, float *y0, float *y1) {
+    const qrt_linear *gate = g->part[0], *up = g->part[1];
+    qrt_linear all;
+    memset(&all, 0, sizeof all);
+    all.fmt = QRT_WF_NVFP4, all.n = 2 * ((gate->n + 15) / 16) * 16, all.k = gate->k, all.data = g->fused;
+    all.scale2 = 1.0f, all.name = "fused group";
+    fp4_segments seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = 1, seg.pair = pair;
+    seg.tile_begin[1] = all.n / 16;
+    seg.rows[0] = seg.rows[1] = gate->n;
+    seg.scale2[0] = gate->scale2, seg.scale2[1] = up->scale2;
+    seg.y[0] = y0, seg.y[1] = y1;
+    launch_fp4_variant(v >= 0 ? v : qrt_nvfp4_pick(&all, T), (const uint8_t *)g->fused, seg, gate->k, x, T);
+}
+
+extern "C" void qrt_nvfp4_matmul_swiglu_variant(int v, const qrt_linear_group *g, const float *x, int T, float *y) {
+    QRT_ASSERT(g->paired && v >= 0 && v < FP4_VARIANTS && T >= 1);
+    fp4_pair_launch(v, g, x, T, FP4_PAIR_SWIGLU, y, NULL);
+}
+
+void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up) {
+    if (g->paired) {
+        fp4_pair_launch(-1, g, x, T, FP4_PAIR_SWIGLU, y, NULL);
+        return;
+    }
+    float *const outs[2] = {y, up};
+    qrt_cuda_matmul_group(g, x, T, outs);
+    qrt_cuda_swiglu(y, up, (size_t)T * g->part[0]->n, y);
+}
+
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    if (g->paired) {
+        fp4_pair_launch(-1, g, x, T, FP4_PAIR, y[0], y[1]);
+        return;
+    }
     if (!g->fused) { /* not laid out together (mixed formats, fewer than two NVFP4 parts) */
         for (int i = 0; i < g->n; i++) qrt_cuda_matmul(g->part[i], x, T, y[i]);
         return;
