@@ -656,11 +656,12 @@ __device__ __forceinline__ void fp4_slice_p(const uint8_t *tile_blocks, int64_t 
     fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
 }
 
-/* y for this lane's sums: rows row0 + g (+8) of token t0 + 4 nt + c. */
-template <int NT>
+/* y for this lane's sums: rows row0 + g (+8) of token t0 + 4 nt + c. PAIR: a paired group's launch (a template
+ * parameter, so the other launches keep their code and registers). */
+template <int NT, bool PAIR>
 __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, int lane, const float (&acc)[NT][2]) {
     const int g = lane >> 2, c = lane & 3;
-    if (o.pair != FP4_PARTS) { /* row g: gate row row0 + g; row g + 8: the same row of up */
+    if (PAIR) { /* row g: gate row row0 + g; row g + 8: the same row of up */
         const int64_t row = o.row0 + g;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -671,16 +672,16 @@ __device__ __forceinline__ void fp4_store(const fp4_tile_out &o, int T, int t0, 
             if (o.pair == FP4_PAIR_SWIGLU) o.y[at] = silu_f(gate) * up; /* qrt_cuda_swiglu's expression */
             else o.y[at] = gate, o.y1[at] = up;
         }
-        return;
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t row = o.row0 + g + 8 * r;
+                const int tok = t0 + 4 * nt + c;
+                if (row < o.N && tok < T) o.y[(size_t)tok * o.N + row] = acc[nt][r] * o.f;
+            }
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int64_t row = o.row0 + g + 8 * r;
-            const int tok = t0 + 4 * nt + c;
-            if (row < o.N && tok < T) o.y[(size_t)tok * o.N + row] = acc[nt][r] * o.f;
-        }
 }
 
 /* This lane's 9 uint4 of a slice block into L2 (no registers held): what mma_w1 and mma_k4_sx ask for while their
@@ -696,7 +697,7 @@ __device__ __forceinline__ void fp4_prefetch_slice(const uint8_t *block, int lan
  * order (y = ((p0 + p1) + p2) + ...). Tiles past the last one (grid rounding) store nothing. Serves any T, NT token
  * tiles (4 tokens each) per pass. Three blocks per SM (≤ 170 registers): what the interleaved chains need.
  * SX (T = 1): the block first makes its own shared copy of x's fragments from x (no fp4_prep_x launch). */
-template <int NT, int TPB, bool SX>
+template <int NT, int TPB, bool SX, bool PAIR>
 __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                              const fp4_segments seg, fp4_xsrc xs,
                                                              const float *x /* SX: [K] */, int64_t K, int64_t S,
@@ -726,14 +727,14 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
 #pragma unroll
                 for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
         }
-        fp4_store<NT>(o, T, t0, lane, acc);
+        fp4_store<NT, PAIR>(o, T, t0, lane, acc);
     }
 }
 
 /* Variant mma_k<WK>: one block of WK warps per 16-row tile, for long K (few tiles, many slices): warp w takes slices
  * w, w + WK, ... (registers, as mma_w1), writes each slice's p to shared memory, and warp 0 sums them in slice order
  * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
-template <int NT, int WK, bool SX>
+template <int NT, int WK, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
@@ -772,7 +773,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
                     for (int64_t s = 1; s < S; s++) a += fp4_part[((s * NT + nt) * 2 + r) * 32 + lane];
                     acc[nt][r] = a;
                 }
-            fp4_store<NT>(o, T, t0, lane, acc);
+            fp4_store<NT, PAIR>(o, T, t0, lane, acc);
         }
         __syncthreads(); /* fp4_part is rewritten by the next pass */
     }
@@ -881,7 +882,7 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v
 
 /* After this warp's last slice of split tile `tile` (mine of its slices): count them in; the warp that completes the
  * tile sums all S slices' p in order (mma_w1's order) and stores the rows. */
-template <int NT>
+template <int NT, bool PAIR>
 __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
                                                 int64_t S, unsigned mine, int T, int t0, int lane) {
     __syncwarp(); /* every lane's p stores before lane 0's release */
@@ -894,11 +895,11 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     float acc[NT][2];
     if (tp == 1) fp4_part_sum_t1(st.part, tile, S, lane, acc[0]);
     else fp4_part_sum<NT>(st.part, tile, S, tp, lane, acc);
-    fp4_store<NT>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+    fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
     if (lane == 0) st.done[tile] = 0;
 }
 
-template <int NT, int WPB, int D, bool SX>
+template <int NT, int WPB, int D, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
@@ -948,11 +949,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
-            if (s == S - 1) fp4_store<NT>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+            if (s == S - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
         } else {
             fp4_part_store<NT>(st.part, u, tp, lane, p);
             if (s == S - 1 || u == u1 - 1)
-                fp4_part_finish<NT>(st, seg, tile, S,
+                fp4_part_finish<NT, PAIR>(st, seg, tile, S,
                                     (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first)), T, t0, lane);
         }
         if (++s == S) s = 0, tile++;
@@ -1009,25 +1010,25 @@ template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t 
     return true;
 }
 
-template <int NT, int TPB, bool SX>
+template <int NT, int TPB, bool SX, bool PAIR>
 static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = SX ? fp4_sx_bytes(S) : 0;
     static size_t granted = 0;
-    const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX>, smem, granted);
+    const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits); /* x's shared copy: ~2 KB per 512 of K */
-    fp4_mma_w1<NT, TPB, SX><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
+    fp4_mma_w1<NT, TPB, SX, PAIR><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
                                                                                                     S, T);
 }
 
-template <int NT, int WK, bool SX>
+template <int NT, int WK, bool SX, bool PAIR>
 static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                      int64_t S, int T) {
     const size_t smem = (size_t)S * NT * 2 * 32 * sizeof(float) + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0;
-    const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX>, smem, granted);
+    const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits);
-    fp4_mma_k<NT, WK, SX><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
+    fp4_mma_k<NT, WK, SX, PAIR><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
 }
 
 /* mma_st's split-tile scratch (fp4_st_work), grown on demand like xf_buf: part floats, done counters (zeroed). */
@@ -1057,15 +1058,15 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
  * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
-template <int NT, int WPB, int D, bool SX>
+template <int NT, int WPB, int D, bool SX, bool PAIR>
 static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
     static size_t granted = 0, occ_smem = 0;
     static int occ = 0;
-    if (!fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX>, smem, granted)) return false;
+    if (!fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX, PAIR>, smem, granted)) return false;
     if (smem != occ_smem) {
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<NT, WPB, D, SX>, WPB * 32, smem));
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem));
         occ_smem = smem;
     }
     if (occ < 1) return false;
@@ -1074,19 +1075,19 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
-        fp4_mma_st<NT, WPB, D, SX><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
+        fp4_mma_st<NT, WPB, D, SX, PAIR><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
     return true;
 }
 
 static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_st12x2", "mma_st16x2"};
 #define FP4_VARIANTS 5
 
-template <int WPB, int D>
+template <int WPB, int D, bool PAIR>
 static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                         int64_t S, int T, bool sx) {
-    if (sx) return launch_st<1, WPB, D, true>(blocks, seg, xs, x, K, S, T);
-    if (T <= 4) return launch_st<1, WPB, D, false>(blocks, seg, xs, x, K, S, T);
-    return launch_st<2, WPB, D, false>(blocks, seg, xs, x, K, S, T);
+    if (sx) return launch_st<1, WPB, D, true, PAIR>(blocks, seg, xs, x, K, S, T);
+    if (T <= 4) return launch_st<1, WPB, D, false, PAIR>(blocks, seg, xs, x, K, S, T);
+    return launch_st<2, WPB, D, false, PAIR>(blocks, seg, xs, x, K, S, T);
 }
 
 /* Variant v (< FP4_VARIANTS) over the segments. Token tiles per pass: 1 (4 tokens) up to T = 4, else 2, and 4 for
@@ -1094,8 +1095,9 @@ static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp
  * variant but mma_k4 runs one launch that prepares its own x (SX; the x-preparation launch costs 4-8 µs per call);
  * otherwise x is prepared by fp4_prep_x, then the launch (preparing all of x in each of mma_k4's few blocks measured
  * slower on down_proj, 22.7% against 32.4%). Both read the same fragment values, so the bits are the same. */
-static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
-                               int T) {
+template <bool PAIR>
+static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
+                                 int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
     const bool sx = T == 1 && v != 1;
     fp4_xsrc xs = {NULL, NULL};
@@ -1106,25 +1108,30 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
     bool ran = true;
     switch (v) {
     case 0:
-        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
-        else if (T > 4) launch_w1<2, 4, false>(blocks, seg, xs, x, K, S, T);
-        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_w1<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         break;
     case 1:
     case 2:
-        if (sx) launch_k<1, 4, true>(blocks, seg, xs, x, K, S, T);
-        else if (T > 8) launch_k<4, 4, false>(blocks, seg, xs, x, K, S, T);
-        else if (T > 4) launch_k<2, 4, false>(blocks, seg, xs, x, K, S, T);
-        else launch_k<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        if (sx) launch_k<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
+        else if (T > 8) launch_k<4, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_k<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
+        else launch_k<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         break;
-    case 3: ran = launch_st_t<12, 2>(blocks, seg, xs, x, K, S, T, sx); break;
-    default: ran = launch_st_t<16, 2>(blocks, seg, xs, x, K, S, T, sx); break;
+    case 3: ran = launch_st_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    default: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     }
     if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
-        if (sx) launch_w1<1, 4, true>(blocks, seg, xs, x, K, S, T);
-        else launch_w1<1, 4, false>(blocks, seg, xs, x, K, S, T);
+        if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
+        else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
     }
     QRT_CUDA_LAUNCHED();
+}
+static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
+                               int T) {
+    if (seg.pair != FP4_PARTS) launch_fp4_variant_t<true>(v, blocks, seg, K, x, T);
+    else launch_fp4_variant_t<false>(v, blocks, seg, K, x, T);
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
