@@ -14,6 +14,10 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
         PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON >/dev/null
         PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda -j"$jobs"
         ctest --test-dir build-cuda --output-on-failure -L gpu -j1
+        echo "== CUDA backend compile check for the oldest target, sm_80 (sm_89+ instructions need their fallback)"
+        PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda-sm80 -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
+        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt
     fi
 fi
 

@@ -435,7 +435,9 @@ __device__ __forceinline__ void e2m1_to_e4m3(uint32_t w, uint32_t &lo, uint32_t 
     hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
 }
 /* Two e4m3 values → f16x2, from the high or the low 16 bits of a register: the convert reads the half directly
- * (no shift). */
+ * (no shift). The hardware convert needs sm_89; below it (sm_80/86/87) the same values by arithmetic (every e4m3
+ * value is exact in f16, so both give the same bits; NaN stays NaN). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
 __device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) {
     uint32_t r;
     asm("{\n\t.reg .b16 lo16, hi16;\n\tmov.b32 {lo16, hi16}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi16;\n\t}"
@@ -450,6 +452,22 @@ __device__ __forceinline__ uint32_t e4m3x2_lo_to_h2(uint32_t four) {
         : "r"(four));
     return r;
 }
+#else
+__device__ __forceinline__ __half e4m3_to_half(uint32_t b /* low 8 bits */) {
+    const uint32_t e = (b >> 3) & 15, m = b & 7;
+    float v = e == 15 && m == 7 ? __int_as_float(0x7fc00000) /* e4m3's only NaN */
+              : e ? ldexpf((float)(8 + m), (int)e - 10)   /* 2^(e-7) · (1 + m/8) */
+                  : (float)m * 0x1p-9f;                     /* subnormal: m · 2^-9 */
+    if (b & 0x80) v = -v;
+    return __float2half_rn(v);
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two /* low 16 bits: element 0, then 1 */) {
+    __half2 h = __halves2half2(e4m3_to_half(two & 0xff), e4m3_to_half((two >> 8) & 0xff));
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) { return e4m3x2_to_h2(four >> 16); }
+__device__ __forceinline__ uint32_t e4m3x2_lo_to_h2(uint32_t four) { return e4m3x2_to_h2(four & 0xffff); }
+#endif
 __device__ __forceinline__ uint32_t hmul2_u(uint32_t a, uint32_t b) {
     __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
     return *reinterpret_cast<uint32_t *>(&r);
