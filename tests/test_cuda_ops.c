@@ -268,6 +268,20 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
 
 /* ---- fused projection groups (matmul_group) --------------------------------------------------------- */
 
+/* Part i of a test group: random NVFP4 codes and e4m3 scales in [2^-3, 2^3] (data and scales malloc'ed, the caller
+ * frees them), and a different scale2 per part: a fused launch must keep each part's own. */
+static qrt_linear nvfp4_test_part(int64_t N, int64_t K, uint64_t seed, int i, const char *name) {
+    const size_t elems = (size_t)N * (size_t)K;
+    uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
+    for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 1000003u + j);
+    for (size_t j = 0; j < elems / 16; j++) {
+        const uint64_t r = mix64(seed * 13 + (uint64_t)i * 1000003u + j);
+        scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
+    }
+    return (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales,
+                        .scale2 = 0.0123f * (float)(i + 1), .name = name};
+}
+
 /* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
  * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
  * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. */
@@ -287,16 +301,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
             mem[i][0] = w, mem[i][1] = NULL;
             host[i] = (qrt_linear){.fmt = QRT_WF_BF16, .n = N[i], .k = K, .data = w, .name = "group bf16 part"};
         } else {
-            uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
-            for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 1000003u + j);
-            for (size_t j = 0; j < elems / 16; j++) {
-                uint64_t r = mix64(seed * 13 + (uint64_t)i * 1000003u + j);
-                scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
-            }
-            mem[i][0] = codes, mem[i][1] = scales;
-            /* a different scale2 per part: the fused launch must keep each part's own */
-            host[i] = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N[i], .k = K, .data = codes, .scales = scales,
-                                   .scale2 = 0.0123f * (float)(i + 1), .name = "group nvfp4 part"};
+            host[i] = nvfp4_test_part(N[i], K, seed, i, "group nvfp4 part");
+            mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
         }
         alone[i] = grouped[i] = host[i];
         if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&grouped[i]) != QRT_OK) {
@@ -366,16 +372,8 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed
     qrt_linear host[2], alone[2], paired[2];
     void *mem[2][2];
     for (int i = 0; i < 2; i++) {
-        const size_t elems = (size_t)N * (size_t)K;
-        uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
-        for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 977 + j);
-        for (size_t j = 0; j < elems / 16; j++) {
-            const uint64_t r = mix64(seed * 13 + (uint64_t)i * 991 + j);
-            scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
-        }
-        mem[i][0] = codes, mem[i][1] = scales;
-        host[i] = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales,
-                               .scale2 = 0.0123f * (float)(i + 1), .name = i ? "pair up" : "pair gate"};
+        host[i] = nvfp4_test_part(N, K, seed, i, i ? "pair up" : "pair gate");
+        mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
         alone[i] = paired[i] = host[i];
         if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&paired[i]) != QRT_OK) {
             printf("FAIL prepare_linear pair part: %s\n", qrt_last_error());

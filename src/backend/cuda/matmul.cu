@@ -1203,16 +1203,21 @@ extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k) {
     return (size_t)((n + 15) / 16) * (size_t)(qrt_nvfp4_row_elems(k) / FP4_SLICE) * FP4_BLOCK_BYTES;
 }
 
+/* Device memory for a weight's layout (slice blocks, a fused group, a gate|up pair): on failure QRT_ERR_MEMORY naming
+ * the weight and what the bytes were for, with the CUDA error cleared. */
+static qrt_status fp4_layout_alloc(uint8_t **p, size_t bytes, const char *name, const char *what) {
+    const cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess) return QRT_OK;
+    cudaGetLastError();
+    return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for %s failed: %s", name ? name : "?", bytes / 1e6, what,
+                    cudaGetErrorString(e));
+}
+
 extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w) {
     const int64_t S = qrt_nvfp4_row_elems(w->k) / FP4_SLICE;
     const size_t bytes = qrt_nvfp4_device_bytes(w->n, w->k);
     uint8_t *blocks = NULL;
-    cudaError_t e = cudaMalloc(&blocks, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the NVFP4 weight failed: %s",
-                        w->name ? w->name : "?", bytes / 1e6, cudaGetErrorString(e));
-    }
+    QRT_TRY(fp4_layout_alloc(&blocks, bytes, w->name, "the NVFP4 weight"));
     const size_t threads = bytes / FP4_BLOCK_BYTES * (8 * 32 + 2 * 32);
     fp4_to_blocks<<<(unsigned)QRT_MIN(qrt_grid(threads, 256), 65536u), 256>>>(
         (const uint8_t *)w->data, (const uint8_t *)w->scales, w->n, w->k, S, blocks);
@@ -1276,20 +1281,10 @@ static void tune_file_init(void) {
     fclose(f);
 }
 
-/* A read of n uint4 that leaves the L2 holding clean lines of them (a write would leave dirty lines, whose write-back
- * the next kernel pays). The sum is stored only when it is a value no read gives, so the loads are kept. */
-__global__ void l2_flush_read(const uint4 *p, size_t n, unsigned *sink) {
-    unsigned acc = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint4 v = __ldcg(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9e3779b9u && sink) *sink = acc;
-}
-
-/* Median of 5 launches of variant v, each after a read of `flush` (twice the L2): the weights come from memory, as
- * they do in decode (timed on an L2 holding them, down_proj and the small shapes ranked the variants differently), and
- * the GPU is busy with the read while the host issues the launch, so its launch gap is not timed either. */
+/* Median of 5 launches of variant v, each after a read of `flush` (twice the L2, by the read probe: it leaves clean
+ * lines, where a write's dirty lines would make the timed kernel pay their write-back): the weights come from memory,
+ * as they do in decode (timed on an L2 holding them, down_proj and the small shapes ranked the variants differently),
+ * and the GPU is busy with the read while the host issues the launch, so its launch gap is not timed either. */
 static float time_variant(int v, const qrt_linear *W, const float *x, int T, float *y, void *flush, size_t flush_bytes) {
     cudaEvent_t a, b;
     QRT_CUDA_CHECK(cudaEventCreate(&a));
@@ -1297,8 +1292,7 @@ static float time_variant(int v, const qrt_linear *W, const float *x, int T, flo
     qrt_nvfp4_matmul_variant(v, W, x, T, y); /* warmup */
     float ms[5];
     for (int r = 0; r < 5; r++) {
-        l2_flush_read<<<4 * sm_count(), 256>>>(reinterpret_cast<const uint4 *>(flush), flush_bytes / 16, NULL);
-        QRT_CUDA_LAUNCHED();
+        qrt_cuda_read_probe(flush, flush_bytes, static_cast<unsigned *>(flush)); /* zeros: the sink is never written */
         QRT_CUDA_CHECK(cudaEventRecord(a, cudaStreamPerThread));
         qrt_nvfp4_matmul_variant(v, W, x, T, y);
         QRT_CUDA_CHECK(cudaEventRecord(b, cudaStreamPerThread));
@@ -1448,14 +1442,9 @@ static qrt_status fp4_prepare_pair(qrt_linear_group *g, bool *done) {
         gate->k != up->k)
         return QRT_OK;
     const int64_t S = qrt_nvfp4_row_elems(gate->k) / FP4_SLICE, pair_tiles = 2 * ((gate->n + 15) / 16);
-    const size_t bytes = (size_t)pair_tiles * S * FP4_BLOCK_BYTES;
     uint8_t *paired = NULL;
-    cudaError_t e = cudaMalloc(&paired, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the paired gate|up projections failed: %s",
-                        gate->name ? gate->name : "?", bytes / 1e6, cudaGetErrorString(e));
-    }
+    QRT_TRY(fp4_layout_alloc(&paired, 2 * qrt_nvfp4_device_bytes(gate->n, gate->k), gate->name,
+                             "the paired gate|up projections"));
     fp4_pair_blocks<<<qrt_grid((size_t)pair_tiles * S * FP4_BLOCK_U4, 256), 256>>>(
         (const uint4 *)gate->data, (const uint4 *)up->data, pair_tiles, S, (uint4 *)paired);
     QRT_CUDA_LAUNCHED();
@@ -1482,12 +1471,7 @@ qrt_status qrt_cuda_prepare_group(qrt_linear_group *g) {
     const size_t tile_bytes = (size_t)(qrt_nvfp4_row_elems(K) / FP4_SLICE) * FP4_BLOCK_BYTES;
     const size_t bytes = (size_t)tile_begin[count] * tile_bytes;
     uint8_t *fused = NULL;
-    cudaError_t e = cudaMalloc(&fused, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return qrt_fail(QRT_ERR_MEMORY, "%s: cudaMalloc of %.1f MB for the fused projections failed: %s",
-                        g->part[0]->name ? g->part[0]->name : "?", bytes / 1e6, cudaGetErrorString(e));
-    }
+    QRT_TRY(fp4_layout_alloc(&fused, bytes, g->part[0]->name, "the fused projections"));
     for (int i = 0, j = 0; i < g->n; i++) {
         if (!in_fused[i]) continue;
         qrt_linear *w = g->part[i];
