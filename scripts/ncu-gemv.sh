@@ -27,8 +27,7 @@ echo "== ncu: first fp4_mma_st launch of tilebench --shapes $SHAPE --m 1"
 ncu --clock-control none -k fp4_mma_st --launch-count 1 \
   --section LaunchStats --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
   --section InstructionStats \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-  --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active" \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active" \
   -o "$OUT/gemv" -f "$BIN/qwenrt" tilebench --formats nvfp4 --m 1 --shapes "$SHAPE" --reps 3 > "$OUT/ncu-run.log" 2>&1
 echo "ncu rc=$? (log: $OUT/ncu-run.log)"
 ncu -i "$OUT/gemv.ncu-rep" --page details > "$OUT/details.txt" 2>&1

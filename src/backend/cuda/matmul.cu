@@ -34,7 +34,8 @@
  *
  * Device layouts (prepare_linear): dense and FP8 rows padded with zeros to 16 bytes. NVFP4 weights are rearranged into
  * slice blocks (qrt_cuda_nvfp4_to_blocks): for each 16-row tile and each 512-element slice of K, 4608 contiguous
- * bytes holding the tile's codes and e4m3 scales of that slice in the order the warp's lanes read them, so each
+ * bytes holding the tile's codes (each 32-bit word's 8 codes moved to where the decode masks them out: fp4_pack_word)
+ * and e4m3 scales of that slice in the order the warp's lanes read them, so each
  * load instruction of a warp reads 512 contiguous bytes. (Read row-major, a lane's 16-byte chunks sat 64 bytes
  * apart: every 32-byte sector was fetched twice, half used each time.) Tiles are padded with zero rows, slices
  * with zero columns; x beyond K reads as 0.
@@ -277,11 +278,12 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
  *
  * Exactness. x is not rounded to f16: each 512-element slice of a token is scaled by a power of two (its max
  * magnitude lands in [2^14, 2^15)) and split into hi = f16(x') and lo = f16(x' − hi), ~22 significant bits;
- * each k-step runs the mma twice (hi, then lo). The weight operand is exact in f16: E2M1 codes are moved into
- * e4m3 bit positions (value × 2^-6, decoded by the hardware e4m3x2 → f16x2 convert) and multiplied by their
- * e4m3 block scale with __hmul2, which is exact (≤ 7 significant bits, ≥ 2^-16). The scaled values ·2^-6 are
- * undone once at the end (y = acc · 64 · scale2). NaN in x propagates; a slice holding ±Inf gives NaN (hi − hi in
- * the lo split) where an f32 dot product could give ±Inf.
+ * each k-step runs the mma twice (hi, then lo). The weight operand is exact in f16: an E2M1 code's sign and
+ * magnitude bits masked into f16 bit positions read as the value × 2^-14 (fp4_decode_word; the layout stores each
+ * 32-bit word's codes where those masks find them), multiplied by its e4m3 block scale with __hmul2, which is exact
+ * (an integer times 2^-24 with ≤ 6 significant bits, at most 6 · 448 · 2^-14). The 2^-14 is undone once at the end
+ * (y = acc · 2^14 · scale2). NaN in x propagates; a slice holding ±Inf gives NaN (hi − hi in the lo split) where an
+ * f32 dot product could give ±Inf.
  *
  * Order (shared by every variant, so a row's result is the same bits for any T and either of them):
  * - a row is cut into slices of 512 elements (16 chunks of 32); in slice s, lane c (0..3) of a quad owns chunks
@@ -291,7 +293,7 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
  *   2j + 1 its lo), so one mma per k-step serves both (on one token that halved the mma count: lm_head 73% → 81% of
  *   the read bandwidth). Per chunk step q and token: hi_q = Σ_i mma(A_i, x_hi), lo_q = Σ_i mma(A_i, x_lo), from 0
  *   (the four chains interleaved k-step by k-step, which hides the mma latency and does not change any chain);
- *   e_q = hi_q + lo_q; p_s = ((e_0 + e_1) + (e_2 + e_3)) · 2^e(t,s); y = ((p_0 + p_1) + p_2 + ...) · 64 · scale2,
+ *   e_q = hi_q + lo_q; p_s = ((e_0 + e_1) + (e_2 + e_3)) · 2^e(t,s); y = ((p_0 + p_1) + p_2 + ...) · 2^14 · scale2,
  *   slices in order. A split-K variant sums the same p_s in the same order (after a barrier, or in the warp that
  *   completes a split tile), so splitting never changes a bit.
  * A tensor-core dot product of one (row, B column) uses only that row and that column, so n8-tile position, M and
@@ -427,12 +429,36 @@ __device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t
     __syncthreads();
 }
 
-/* 8 E2M1 codes (nibble j = element j) as e4m3 bytes of value × 2^-6: lo = e0 e2 e4 e6, hi = e1 e3 e5 e7.
- * s·eem goes to e4m3 bit 7 and bits 4..2: exponent ee (bias 7 vs 1), mantissa m; ee = 0 lands on the e4m3
- * subnormals exactly like E2M1's. */
-__device__ __forceinline__ void e2m1_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
-    lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);
-    hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
+/* 8 E2M1 codes of one 32-bit word of the device layout → 4 f16x2 of value × 2^-14, the A-fragment pairs
+ * o[0] = (e0, e2), o[1] = (e1, e3), o[2] = (e4, e6), o[3] = (e5, e7). A code's magnitude bits eem at f16 bits 11..9
+ * (exponent ee, mantissa m: ee = 0 lands on the f16 subnormals exactly as on E2M1's) and its sign at bit 15 read as
+ * value × 2^-14, so each pair is a mask FP4_F16_BITS of the word moved into place. Why this layout: the previous
+ * one (nibbles as stored, moved into e4m3 bytes and widened by the hardware convert) spent ~10 ALU instructions per
+ * word, and the ALU pipe was the busiest (ncu, gate+up at T=1: 56% of its peak). Here: 6 ALU + 3 IMAD. o[0] is the
+ * mask alone, o[1] the word shifted by 3; no third shift fits beside them (the four source sets cannot tile the word),
+ * so o[2] and o[3] take their magnitude and sign bits from two shifts at once, as a product with 2^a + 2^b of the
+ * pre-masked word (the two shifted copies never overlap, so nothing carries). fp4_pack_word is the inverse. */
+#define FP4_F16_BITS 0x8E008E00u /* sign 15, magnitude 11..9 of both halves */
+#define FP4_SRC2 0x20382038u    /* o[2]: magnitude at 5..3 (× 2^6), sign at 13 (× 2^2), in both halves */
+#define FP4_SRC3 0x40074007u    /* o[3]: magnitude at 2..0 (× 2^9), sign at 14 (× 2^1) */
+__device__ __forceinline__ void fp4_decode_word(uint32_t w, uint32_t (&o)[4]) {
+    o[0] = w & FP4_F16_BITS;
+    o[1] = (w << 3) & FP4_F16_BITS;
+    o[2] = ((w & FP4_SRC2) * ((1u << 6) + (1u << 2))) & FP4_F16_BITS;
+    o[3] = ((w & FP4_SRC3) * ((1u << 9) + (1u << 1))) & FP4_F16_BITS;
+}
+/* Stored nibbles (nibble j = element j: sign bit 3, magnitude 2..0) → the word fp4_decode_word reads: element of
+ * pair p, half hh (0 low, 1 high) has its magnitude at mag_at[p] + 16·hh and its sign at sign_at[p] + 16·hh. */
+__device__ __forceinline__ uint32_t fp4_pack_word(uint32_t nibbles) {
+    const int elem[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, mag_at[4] = {9, 6, 3, 0}, sign_at[4] = {15, 12, 13, 14};
+    uint32_t w = 0;
+    for (int p = 0; p < 4; p++)
+        for (int hh = 0; hh < 2; hh++) {
+            const uint32_t code = (nibbles >> (4 * elem[p][hh])) & 15u;
+            w |= (code & 7u) << (mag_at[p] + 16 * hh);
+            w |= (code >> 3) << (sign_at[p] + 16 * hh);
+        }
+    return w;
 }
 /* Two e4m3 values → f16x2, from the high or the low 16 bits of a register: the convert reads the half directly
  * (no shift). The hardware convert needs sm_89; below it (sm_80/86/87) the same values by arithmetic (every e4m3
@@ -543,11 +569,11 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
             for (int e = 0; e < 4; e++) d[q][nt][e] = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < 4; wi++) {
-        uint32_t alo[4], ahi[4], blo[4], bhi[4];
+        uint32_t oa[4][4], ob[4][4]; /* [q][pair]: rows g, g+8 */
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            e2m1_to_e4m3(u4_word(cur.ca[q], wi), alo[q], ahi[q]);
-            e2m1_to_e4m3(u4_word(cur.cb[q], wi), blo[q], bhi[q]);
+            fp4_decode_word(u4_word(cur.ca[q], wi), oa[q]);
+            fp4_decode_word(u4_word(cur.cb[q], wi), ob[q]);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -558,10 +584,8 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                 const uint32_t sca = __byte_perm(sha[q], 0, wi < 2 ? 0x1010 : 0x3232);
                 const uint32_t scb = __byte_perm(shb[q], 0, wi < 2 ? 0x1010 : 0x3232);
                 /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                const uint32_t a0 = hmul2_u(h ? e4m3x2_hi_to_h2(alo[q]) : e4m3x2_lo_to_h2(alo[q]), sca);
-                const uint32_t a1 = hmul2_u(h ? e4m3x2_hi_to_h2(blo[q]) : e4m3x2_lo_to_h2(blo[q]), scb);
-                const uint32_t a2 = hmul2_u(h ? e4m3x2_hi_to_h2(ahi[q]) : e4m3x2_lo_to_h2(ahi[q]), sca);
-                const uint32_t a3 = hmul2_u(h ? e4m3x2_hi_to_h2(bhi[q]) : e4m3x2_lo_to_h2(bhi[q]), scb);
+                const uint32_t a0 = hmul2_u(oa[q][2 * h], sca), a1 = hmul2_u(ob[q][2 * h], scb);
+                const uint32_t a2 = hmul2_u(oa[q][2 * h + 1], sca), a3 = hmul2_u(ob[q][2 * h + 1], scb);
                 uint2 bnext = make_uint2(0, 0);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
@@ -607,7 +631,7 @@ typedef struct {
 /* Where a tile's rows go: its part's output, rows and scale2 (paired: part 0's for rows g, part 1's for g + 8). */
 typedef struct {
     int64_t N, row0; /* rows of the part; the tile's first row within it */
-    float f;         /* 64 · scale2: undoes the decode's 2^-6 and applies the tensor scale */
+    float f;         /* 2^14 · scale2: undoes the decode's 2^-14 and applies the tensor scale */
     float *y;
     int pair;
     float f1; /* paired: up's */
@@ -615,13 +639,13 @@ typedef struct {
 } fp4_tile_out;
 __device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg, int64_t tile) {
     if (seg.pair != FP4_PARTS)
-        return fp4_tile_out{seg.rows[0], tile * 8, 64.0f * seg.scale2[0], seg.y[0], seg.pair, 64.0f * seg.scale2[1],
+        return fp4_tile_out{seg.rows[0], tile * 8, 16384.0f * seg.scale2[0], seg.y[0], seg.pair, 16384.0f * seg.scale2[1],
                             seg.y[1]};
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
         if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
-    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 64.0f * seg.scale2[p], seg.y[p], FP4_PARTS,
+    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 16384.0f * seg.scale2[p], seg.y[p], FP4_PARTS,
                         0.0f, NULL};
 }
 
@@ -1182,6 +1206,7 @@ __global__ void fp4_to_blocks(const uint8_t *codes /* [N][K/2] */, const uint8_t
                 uint8_t *vb = reinterpret_cast<uint8_t *>(&v);
                 for (int b = 0; b < 16 && k0 + 2 * b < K; b++) vb[b] = codes[row * (K / 2) + k0 / 2 + b];
             }
+            v = make_uint4(fp4_pack_word(v.x), fp4_pack_word(v.y), fp4_pack_word(v.z), fp4_pack_word(v.w));
             *reinterpret_cast<uint4 *>(dst + j * 16) = v;
         } else { /* scale group: row half h, lane l: the 8 scales of chunks 4c..4c+3, at lane l's 16 bytes */
             const int64_t e = j - 8 * 32;
