@@ -22,6 +22,7 @@ __global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp
     const int t = blockIdx.x;
     const int64_t r = ids[t];
     float *o = out + (size_t)t * D;
+#pragma unroll 8 /* the loads of 8 iterations in flight together, not one round trip each */
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         if (FMT == QRT_WF_F32) o[d] = reinterpret_cast<const float *>(E)[r * Dp + d];
         else if (FMT == QRT_WF_BF16)
@@ -82,6 +83,9 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
     const float *row = x + (size_t)blockIdx.y * n;
     float bv = -INFINITY;
     int bi = INT_MAX; /* "nothing yet": a real -inf at any index beats it */
+    /* unrolled so that 8 loads are in flight at once (one per iteration waited out a round trip each: ncu, H200,
+     * a 248320-float row: 13.9 µs); the choice is a total order, so the visiting order changes nothing */
+#pragma unroll 8
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) argmax_take(row[i], i, bv, bi);
     argmax_warp(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -28,14 +28,23 @@ extern "C" {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* dst[i] = x[i] / ‖x‖ · scale for i < Dk, by one warp (the old kernel's arithmetic: lane-strided fmaf, warp_sum). */
+/* dst[i] = x[i] / ‖x‖ · scale for i < Dk ≤ 32·N, by one warp (the old kernel's arithmetic: lane-strided fmaf,
+ * warp_sum), with the warp's N loads per lane issued at once. */
+template <int N>
 __device__ static void l2norm_warp(const float *x /* [Dk] */, int Dk, float scale, float *dst /* [Dk] shared */) {
     const int lane = threadIdx.x & 31;
+    float v[N];
+#pragma unroll
+    for (int e = 0; e < N; e++) v[e] = lane + 32 * e < Dk ? x[lane + 32 * e] : 0.0f;
     float ss = 0.0f;
-    for (int i = lane; i < Dk; i += 32) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        if (lane + 32 * e < Dk) ss = fmaf(v[e], v[e], ss);
     ss = warp_sum(ss);
     const float inv = 1.0f / sqrtf(ss + 1e-6f) * scale;
-    for (int i = lane; i < Dk; i += 32) dst[i] = x[i] * inv;
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        if (lane + 32 * e < Dk) dst[lane + 32 * e] = v[e] * inv;
 }
 
 /* Column c's sum of the 4 partials, in the order p = 0..3. */
@@ -68,8 +77,11 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     const float A = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
     for (int t = 0; t < T; t++) {
         const float *q = qkv + (size_t)t * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
-        if (warp == 0) l2norm_warp(q, Dk, qscale, qs);
-        else if (warp == 1) l2norm_warp(k, Dk, 1.0f, ks);
+        /* the norm's inputs, loaded now rather than after the recurrence's three barriers */
+        const size_t at = ((size_t)t * Hv + j) * Dv + c;
+        const float zc = p == 0 && col ? z[at] : 0.0f, wc = p == 0 && col ? norm_w[c] : 0.0f;
+        if (warp == 0) l2norm_warp<DKMAX / 32>(q, Dk, qscale, qs);
+        else if (warp == 1) l2norm_warp<DKMAX / 32>(k, Dk, 1.0f, ks);
         const float g = A * softplus_f(a[(size_t)t * Hv + j] + dtb);
         const float beta = sigmoid_f(b[(size_t)t * Hv + j]);
         const float decay = expf(g);
@@ -108,8 +120,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
         if (p == 0 && col) {
             const float ss = (warp_ss[0] + warp_ss[2]) + (warp_ss[1] + warp_ss[3]); /* block_sum's order at 4 warps */
             const float inv = 1.0f / sqrtf(ss / (float)Dv + eps);
-            const size_t at = ((size_t)t * Hv + j) * Dv + c;
-            o[at] = norm_w[c] * (y * inv) * silu_f(z[at]);
+            o[at] = wc * (y * inv) * silu_f(zc);
         }
     }
 #pragma unroll
