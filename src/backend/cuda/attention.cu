@@ -179,11 +179,12 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
     const int g = h / (Hq / Hkv); /* q-head h reads kv-head h // group */
     const float scale = 1.0f / sqrtf((float)Dh);
     const float *qv = qg + ((size_t)t * Hq + h) * 2 * Dh, *gate = qv + Dh;
-    float qr[E], o[E];
+    float qr[E], o[E], gv[E]; /* the gate too, now: read after the keys it cost one more round trip */
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int d = lane + 32 * e;
         qr[e] = d < Dh ? qv[d] : 0.0f;
+        gv[e] = d < Dh && nch == 1 && warp == 0 ? gate[d] : 0.0f;
         o[e] = 0.0f;
     }
     /* Keys j0 + warp + 4i in order, each loaded ATT_AHEAD keys before its turn: with one key's rows in flight at a
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
 #pragma unroll
         for (int w = 0; w < 4; w++) acc += part_o[w][d] * f[w];
         if (d >= Dh) continue;
-        if (nch == 1) dst[d] = acc / L * sigmoid_f(gate[d]);
+        if (nch == 1) dst[d] = acc / L * sigmoid_f(gv[e]);
         else po[d] = acc;
     }
     if (nch > 1 && lane == 0) {
@@ -261,6 +262,10 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
     /* Every load issued before it is needed (a loop over the chunks waited out a round trip per chunk, twice: ncu,
      * H200, ctx 128: 7.6 µs). Lane c holds chunk c's and c + 32's (max, sum); the sums and outputs are still folded in
      * chunk order, so the bits are the loop's. */
+    const float *gate = qg + ((size_t)t * Hq + h) * 2 * Dh + Dh;
+    float gv[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) gv[e] = lane + 32 * e < Dh ? gate[lane + 32 * e] : 0.0f;
     float mc[2], lc[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -294,12 +299,11 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
                 if (lane + 32 * e < Dh) acc[e] += po[b][e] * f;
         }
     }
-    const float *gate = qg + ((size_t)t * Hq + h) * 2 * Dh + Dh;
     float *dst = out + ((size_t)t * Hq + h) * Dh;
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int d = lane + 32 * e;
-        if (d < Dh) dst[d] = acc[e] / L * sigmoid_f(gate[d]);
+        if (d < Dh) dst[d] = acc[e] / L * sigmoid_f(gv[e]);
     }
 }
 

@@ -922,23 +922,38 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v
     return old;
 }
 
-/* After this warp's last slice of split tile `tile` (mine of its slices): count them in; the warp that completes the
- * tile sums all S slices' p in order (mma_w1's order) and stores the rows. */
+/* The warp that completed split tile `tile`: all S slices' p summed in order (mma_w1's order), the rows stored. */
 template <int NT, bool PAIR>
-__device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
-                                                int64_t S, unsigned mine, int T, int t0, int lane) {
-    __syncwarp(); /* every lane's p stores before lane 0's release */
-    unsigned before = 0;
-    if (lane == 0) before = atom_add_acq_rel_gpu(st.done + tile, mine);
-    before = __shfl_sync(0xffffffffu, before, 0);
-    if (before + mine != (unsigned)S) return;
-    __syncwarp(); /* lane 0's acquire before every lane's loads */
+__device__ __forceinline__ void fp4_part_complete(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
+                                                  int64_t S, int T, int t0, int lane) {
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
     if (tp == 1) fp4_part_sum_t1(st.part, tile, S, lane, acc[0]);
     else fp4_part_sum<NT>(st.part, tile, S, tp, lane, acc);
     fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
     if (lane == 0) st.done[tile] = 0;
+}
+/* At the end of a warp's run: count in its slices of its split tiles, `mine[i]` slices of tile[i] (i = 0: the tile
+ * its run began inside, if that one ended before the run did, else mine[0] = 0; i = 1: the tile it ended in), both
+ * atomics in flight together; the warp that completes a tile sums it. The first tile's count used to be taken when
+ * its last slice was done, mid-run: the warp then waited out an L2 round trip with its copies drained. */
+template <int NT, bool PAIR>
+__device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4_segments &seg,
+                                                const int64_t (&tile)[2], const unsigned (&mine)[2], int64_t S, int T,
+                                                int t0, int lane) {
+    __syncwarp(); /* every lane's p stores before lane 0's release */
+    unsigned before[2] = {0, 0};
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            if (mine[i]) before[i] = atom_add_acq_rel_gpu(st.done + tile[i], mine[i]);
+    }
+    __syncwarp(); /* lane 0's acquire before every lane's loads */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        before[i] = __shfl_sync(0xffffffffu, before[i], 0);
+        if (mine[i] && before[i] + mine[i] == (unsigned)S) fp4_part_complete<NT, PAIR>(st, seg, tile[i], S, T, t0, lane);
+    }
 }
 
 template <int NT, int WPB, int D, bool SX, bool PAIR>
@@ -972,6 +987,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     float acc[NT][2];
     int64_t tile = u0 / S, s = u0 - tile * S; /* of unit u, stepped along (no division per unit) */
     int k = 0;                                /* u's ring slot */
+    int64_t split_tile[2] = {0, 0};           /* fp4_part_finish's */
+    unsigned split_mine[2] = {0, 0};
     for (int64_t u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         cp_async_wait<D - 1>(); /* this slot's group (the oldest) has landed */
@@ -994,12 +1011,13 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
             if (s == S - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
         } else {
             fp4_part_store<NT>(st.part, u, tp, lane, p);
-            if (s == S - 1 || u == u1 - 1)
-                fp4_part_finish<NT, PAIR>(st, seg, tile, S,
-                                    (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first)), T, t0, lane);
+            const unsigned mine = (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first));
+            if (u == u1 - 1) split_tile[1] = tile, split_mine[1] = mine; /* both counted in at the end of the run */
+            else if (s == S - 1) split_tile[0] = tile, split_mine[0] = mine;
         }
         if (++s == S) s = 0, tile++;
     }
+    if (split_mine[0] || split_mine[1]) fp4_part_finish<NT, PAIR>(st, seg, split_tile, split_mine, S, T, t0, lane);
     cp_async_wait<0>();
 }
 
