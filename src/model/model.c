@@ -778,10 +778,16 @@ static void rollback_body(qrt_session *s, const void *arg) {
         const qrt_layer *l = &m->layers[i];
         qrt_layer_state *ls = &s->ls[i];
         be->copy(ls->S, ls->S_snap, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
-        be->copy(ls->conv, ls->conv_snap, sizeof(float) * (c->conv_kernel - 1) * cd);
-        /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens */
-        be->conv1d_silu(ls->rec_mixed, ls->conv, l->conv_w, n_keep, cd, c->conv_kernel, s->sc.conv);
-        /* only the state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
+        /* the conv state is the last Ck-1 raw inputs of snapshot ++ kept tokens, oldest first: copied, not
+         * recomputed (the conv outputs of the kept tokens are recorded already) */
+        const int S = c->conv_kernel - 1, from_snap = S > n_keep ? S - n_keep : 0;
+        const size_t row = sizeof(float) * cd;
+        if (from_snap) be->copy(ls->conv, ls->conv_snap + (size_t)(S - from_snap) * cd, row * from_snap);
+        if (S > from_snap)
+            be->copy(ls->conv + (size_t)from_snap * cd, ls->rec_mixed + (size_t)(n_keep - (S - from_snap)) * cd,
+                     row * (S - from_snap));
+        /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens; only the
+         * state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
         be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
                 c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
     }
