@@ -9,6 +9,9 @@
  *                       block then norms its Dv outputs: the sum of squares is the old rmsnorm_gated_rows' at 128
  *                       threads (one element per thread of warps 0..3, warp sums combined as block_sum does), so
  *                       the output is that kernel's function of the recurrence output. Dv ≤ 128.
+ * Tried, measured, dropped (session 5, docs/benchmarks.md): a cluster of 4 blocks per head, each owning 32 columns
+ * and exchanging the norm's warp sums through distributed shared memory — 7.0 → 7.8 µs at T = 1: one SM moving the
+ * head's 64 KB of state was not the limit.
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
  * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the same
