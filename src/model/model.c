@@ -559,31 +559,32 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
 /* ---------------------------------------------------------------------------------------------------
  * Forward pass (MODEL.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
 
-/* Gated DeltaNet mixer (§2.4). When the session is recording (a verify), the inputs each token's
- * recurrent step needs are kept so qrt_session_rollback can re-apply a prefix of them. */
+/* Gated DeltaNet mixer (§2.4). When the session is recording (a verify), the inputs each token's recurrent step
+ * needs are kept so qrt_session_rollback can re-apply a prefix of them: the projections and the conv write straight
+ * into the layer's record (four copies per layer fewer than writing scratch and copying it), and the state is
+ * snapshotted. */
 static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, int T) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
     const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv, cd = m->conv_dim;
-    float *const outs[] = {sc->mixed, sc->z, sc->b, sc->a}; /* in_qkv, in_z, in_b, in_a */
+    const int rec = s->recording;
+    float *mixed = rec ? ls->rec_mixed : sc->mixed, *conv = rec ? ls->rec_conv : sc->conv; /* [T][cd] */
+    float *a = rec ? ls->rec_a : sc->a, *b = rec ? ls->rec_b : sc->b;                      /* [T][Hv] */
+    float *const outs[] = {mixed, sc->z, b, a}; /* in_qkv, in_z, in_b, in_a */
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
-    if (s->recording) {
+    if (rec) {
         be->copy(ls->S_snap, ls->S, sizeof(float) * Hv * Dk * Dv);
         be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
-        be->copy(ls->rec_mixed, sc->mixed, sizeof(float) * T * cd);
-        be->copy(ls->rec_a, sc->a, sizeof(float) * T * Hv);
-        be->copy(ls->rec_b, sc->b, sizeof(float) * T * Hv);
     }
-    be->conv1d_silu(sc->mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, sc->conv);
-    if (s->recording) be->copy(ls->rec_conv, sc->conv, sizeof(float) * T * cd);
+    be->conv1d_silu(mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, conv);
     /* HF takes the chunked form for any T > 1 without a cache; we take it only when the piece is long
      * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
      * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(sc->conv, sc->a, sc->b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z, l->gdn_norm,
-            c->rms_eps, sc->core);
+    be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z, l->gdn_norm, c->rms_eps,
+            sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
