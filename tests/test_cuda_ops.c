@@ -497,8 +497,10 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
     gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
 }
 
-/* The recurrence and its gated output norm against the CPU; then (recurrent form) the same T tokens run one call
- * per token from the same start state, which must give the same output and state bits: rollback relies on it. */
+/* The recurrence and its gated output norm against the CPU, the GPU reading its start state from a separate buffer
+ * (S_in, which must stay as it was: a verify keeps its start state so) into a poisoned S; then (recurrent form) the
+ * same T tokens run one call per token in place from the same start state, which must give the same output and
+ * state bits: rollback relies on it. */
 static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_t seed) {
     size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv, ns = (size_t)Hv * Dk * Dv, no = (size_t)T * Hv * Dv;
     float *qkv = host_rand(T * row, seed, -1, 1), *a = host_rand((size_t)T * Hv, seed + 1, -2, 2);
@@ -507,11 +509,13 @@ static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_
     float *z = host_rand(no, seed + 6, -3, 3), *w = host_rand(Dv, seed + 7, 0.5f, 1.5f);
     float *o = malloc(sizeof(float) * no);
     float *qd = dev_in(qkv, T * row), *ad = dev_in(a, (size_t)T * Hv), *bd = dev_in(b, (size_t)T * Hv);
-    float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_in(S, ns), *od = dev_out(no);
+    float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_out(ns), *od = dev_out(no);
     float *zd = dev_in(z, no), *wd = dev_in(w, Dv), *S1d = dev_in(S, ns), *o1d = dev_out(no);
+    float *S0d = dev_in(S, ns), *S0 = malloc(sizeof(float) * ns); /* the GPU's start state (S_in) */
+    memcpy(S0, S, sizeof(float) * ns);
     const float eps = 1e-6f;
-    cpu->gdn(qkv, a, b, Al, dtb, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
-    gpu->gdn(qd, ad, bd, Ad, dd, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
+    cpu->gdn(qkv, a, b, Al, dtb, S, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
+    gpu->gdn(qd, ad, bd, Ad, dd, S0d, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
     char what[128];
     double tol = chunked ? 1e-4 : 1e-5;
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", chunked ? " (chunked)" : "", T, Hk, Hv, Dk, Dv);
@@ -519,10 +523,14 @@ static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_
     snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", chunked ? " (chunked)" : "", T, Hk, Hv,
              Dk, Dv);
     float *Sh = check_dev(what, Sd, NULL, S, ns, tol);
+    float *S0h = download(S0d, ns);
+    snprintf(what, sizeof what, "  gdn T=%d: S_in unchanged", T);
+    expect_same_bits(what, S0h, S0, ns);
+    free(S0h), free(S0);
     if (!chunked) {
         const size_t vo = (size_t)Hv * Dv;
         for (int t = 0; t < T; t++)
-            gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, 1, Hk, Hv, Dk, Dv, 0,
+            gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, S1d, 1, Hk, Hv, Dk, Dv, 0,
                      zd + t * vo, wd, eps, o1d + t * vo);
         float *o1 = download(o1d, no), *S1 = download(S1d, ns);
         snprintf(what, sizeof what, "  gdn T=%d token by token: same output bits", T);
@@ -533,7 +541,7 @@ static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_
     }
     free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o), free(z), free(w), free(oh), free(Sh);
     gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(Sd), gpu->free(od);
-    gpu->free(zd), gpu->free(wd), gpu->free(S1d), gpu->free(o1d);
+    gpu->free(zd), gpu->free(wd), gpu->free(S1d), gpu->free(o1d), gpu->free(S0d);
 }
 
 /* ---- attention: preparation (q/k norm, RoPE, cache store) and gated attention ---------------------------- */

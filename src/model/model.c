@@ -385,7 +385,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
         }
         cv[n++] = (carve){&l->S, S};
         cv[n++] = (carve){&l->conv, conv};
-        cv[n++] = (carve){&l->S_snap, R ? S : 0};
+        cv[n++] = (carve){&l->S_verified, R ? S : 0};
         cv[n++] = (carve){&l->conv_snap, R ? conv : 0};
         cv[n++] = (carve){&l->rec_mixed, R * cd};
         cv[n++] = (carve){&l->rec_conv, R * cd};
@@ -561,8 +561,9 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
 
 /* Gated DeltaNet mixer (§2.4). When the session is recording (a verify), the inputs each token's recurrent step
  * needs are kept so qrt_session_rollback can re-apply a prefix of them: the projections and the conv write straight
- * into the layer's record (four copies per layer fewer than writing scratch and copying it), and the state is
- * snapshotted. */
+ * into the layer's record (four copies per layer fewer than writing scratch and copying it), the conv state is
+ * copied, and the recurrence writes its end state to S_verified, leaving S as the start state (no 3 MB copy of the
+ * state each way per layer). */
 static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, int T) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
@@ -574,17 +575,14 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
     float *a = rec ? ls->rec_a : sc->a, *b = rec ? ls->rec_b : sc->b;                      /* [T][Hv] */
     float *const outs[] = {mixed, sc->z, b, a}; /* in_qkv, in_z, in_b, in_a */
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
-    if (rec) {
-        be->copy(ls->S_snap, ls->S, sizeof(float) * Hv * Dk * Dv);
-        be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
-    }
+    if (rec) be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
     be->conv1d_silu(mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, conv);
     /* HF takes the chunked form for any T > 1 without a cache; we take it only when the piece is long
      * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
      * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z, l->gdn_norm, c->rms_eps,
-            sc->core);
+    be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, rec ? ls->S_verified : ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z,
+            l->gdn_norm, c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
 
@@ -726,6 +724,8 @@ static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, co
         if (rows[i] < 0 || rows[i] >= n || (i && rows[i] <= rows[i - 1]))
             return qrt_fail(QRT_ERR_ARG, "logits rows must be increasing indices into the %d tokens of this call "
                             "(row %d is %d)", n, i, rows[i]);
+    /* a verify's state is complete only after qrt_session_rollback: a forward without one keeps all of it */
+    if (s->rec_T) qrt_session_rollback(s, s->rec_T);
     if (s->recording && n > QRT_MAX_VERIFY) s->recording = 0;
     s->rec_T = s->recording ? n : 0;
     s->rec_pos = s->pos;
@@ -767,7 +767,8 @@ void qrt_session_begin_verify(qrt_session *s) {
     s->recording = 1;
 }
 
-/* Every GDN layer back to its snapshot, then the first n_keep recorded steps again. */
+/* The GDN layers after a verify: n_keep = 0 takes all of it (S_verified into S; the conv state is the verify's
+ * already); otherwise the first n_keep recorded steps again from the start state, which S still holds. */
 static void rollback_body(qrt_session *s, const void *arg) {
     const int n_keep = *(const int *)arg;
     const qrt_model *m = s->m;
@@ -778,7 +779,10 @@ static void rollback_body(qrt_session *s, const void *arg) {
         if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
         const qrt_layer *l = &m->layers[i];
         qrt_layer_state *ls = &s->ls[i];
-        be->copy(ls->S, ls->S_snap, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
+        if (n_keep == 0) {
+            be->copy(ls->S, ls->S_verified, sizeof(float) * Hv * c->gdn_dk * c->gdn_dv);
+            continue;
+        }
         /* the conv state is the last Ck-1 raw inputs of snapshot ++ kept tokens, oldest first: copied, not
          * recomputed (the conv outputs of the kept tokens are recorded already) */
         const int S = c->conv_kernel - 1, from_snap = S > n_keep ? S - n_keep : 0;
@@ -789,17 +793,17 @@ static void rollback_body(qrt_session *s, const void *arg) {
                      row * (S - from_snap));
         /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens; only the
          * state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
-        be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, n_keep, c->gdn_k_heads, Hv,
+        be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, ls->S, n_keep, c->gdn_k_heads, Hv,
                 c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
     }
 }
 
 void qrt_session_rollback(qrt_session *s, int n_keep) {
     QRT_ASSERT(s->rec_T > 0 && n_keep >= 1 && n_keep <= s->rec_T && s->pos == s->rec_pos + s->rec_T);
-    if (n_keep < s->rec_T) { /* no position, no ids: a graph per n_keep */
-        const qrt_graph_entry key = {.kind = QRT_GRAPH_ROLLBACK, .T = n_keep};
-        run_graphed(s, &key, 0, NULL, 0, rollback_body, &n_keep);
-    }
+    /* no position, no ids: a graph per n_keep, and one (T = 0) for keeping everything */
+    const int steps = n_keep < s->rec_T ? n_keep : 0;
+    const qrt_graph_entry key = {.kind = QRT_GRAPH_ROLLBACK, .T = steps};
+    run_graphed(s, &key, 0, NULL, 0, rollback_body, &steps);
     /* KV entries past the new position are simply overwritten later */
     s->pos = s->rec_pos + n_keep;
     s->rec_T = 0;

@@ -92,9 +92,10 @@ typedef struct {
     qrt_kv kv;             /* FULL: KV cache */
     float *S;              /* LINEAR: recurrent state [Hv][Dk][Dv] */
     float *conv;           /* LINEAR: last Ck-1 raw conv inputs [Ck-1][conv_dim] */
-    /* LINEAR, sessions of MTP models only: the state before the last verify and that verify's per-token
-     * inputs, so a partial accept re-applies just the accepted steps (bit-exact, no second forward). */
-    float *S_snap;         /* [Hv][Dk][Dv] */
+    /* LINEAR, sessions of MTP models only: a verify leaves S as it was and writes its end state to S_verified;
+     * with the verify's per-token inputs and the conv state before it, a partial accept re-applies just the
+     * accepted steps on S (bit-exact, no second forward), a full accept copies S_verified in. */
+    float *S_verified;     /* [Hv][Dk][Dv] */
     float *conv_snap;      /* [Ck-1][conv_dim] */
     float *rec_mixed;      /* [QRT_MAX_VERIFY][conv_dim] pre-conv inputs */
     float *rec_conv;       /* [QRT_MAX_VERIFY][conv_dim] conv outputs (q | k | v) */
@@ -106,7 +107,7 @@ typedef struct {
 typedef struct {
     int kind;          /* QRT_GRAPH_MAIN (qrt_forward_greedy), QRT_GRAPH_MTP (qrt_mtp_forward with a pick) or
                         * QRT_GRAPH_ROLLBACK (qrt_session_rollback) */
-    int T;             /* tokens (ROLLBACK: n_keep) */
+    int T;             /* tokens (ROLLBACK: n_keep, or 0 for a verify kept whole) */
     int recording;     /* MAIN: a verify (GDN inputs recorded for rollback) */
     uint32_t rows;     /* MAIN: the requested rows, bit r for row r */
     const float *h;    /* MTP: the hidden rows read */
@@ -151,10 +152,12 @@ void qrt_session_set_graphs(qrt_session *s, int on);
 void qrt_session_graph_stats(const qrt_session *s, qrt_graph_stats *out);
 
 /* Speculative decoding support (engine/spec.c). */
-/* The next qrt_forward (T ≤ QRT_MAX_VERIFY) is a verify: snapshot GDN state and record its inputs. */
+/* The next qrt_forward (T ≤ QRT_MAX_VERIFY) is a verify: GDN state kept as it was (its end state written beside
+ * it), conv state snapshotted, inputs recorded. */
 void qrt_session_begin_verify(qrt_session *s);
 /* Keep only the first n_keep tokens of the last verify: KV by position, GDN state by re-applying the
- * recorded accepted steps to the snapshot. Bit-exact with a session that consumed only those tokens. */
+ * recorded accepted steps to the start state (n_keep = all: the verify's end state copied in). Bit-exact with a
+ * session that consumed only those tokens. The next qrt_forward does it with n_keep = all if nobody did. */
 void qrt_session_rollback(qrt_session *s, int n_keep);
 /* Final-normed hidden of row t of the last forward piece (backend memory). */
 const float *qrt_session_hidden(const qrt_session *s, int t);

@@ -86,10 +86,11 @@ static void t_add_rmsnorm(float *h, const float *y, const float *w, int rows, in
 static void t_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
     TIMED(QRT_OPCAT_GDN, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
 }
-static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias, float *S,
-                  int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w, float eps,
-                  float *o) {
-    TIMED(QRT_OPCAT_GDN, 0, real->gdn(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, z, norm_w, eps, o));
+static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                  const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,
+                  const float *norm_w, float eps, float *o) {
+    TIMED(QRT_OPCAT_GDN, 0,
+          real->gdn(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, chunked, z, norm_w, eps, o));
 }
 static void t_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
                         const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta) {

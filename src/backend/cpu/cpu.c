@@ -280,8 +280,9 @@ static void gdn_core(const float *qkv, const float *a, const float *b, const flo
 
 /* The recurrence (or chunked form), then the gated norm of each head's output: literally the two former ops. */
 static void cpu_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                    float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
-                    float eps, float *o) {
+                    const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,
+                    const float *norm_w, float eps, float *o) {
+    if (S_in != S) memcpy(S, S_in, sizeof(float) * (size_t)Hv * Dk * Dv);
     gdn_core(qkv, a, b, A_log, dt_bias, S, T, Hk, Hv, Dk, Dv, chunked, o);
     cpu_rmsnorm_gated(o, z, norm_w, T * Hv, Dv, eps, o);
 }

@@ -107,8 +107,8 @@ void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps
 void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x);
 void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y);
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                  float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z, const float *norm_w,
-                  float eps, float *o);
+                  const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,
+                  const float *norm_w, float eps, float *o);
 void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *q_norm, const float *k_norm, float eps,
                         const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta);
 void qrt_cuda_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out);
