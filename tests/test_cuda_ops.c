@@ -869,11 +869,13 @@ int main(int argc, char **argv) {
     test_rmsnorm(7 * 48, 128, 73);
     test_rmsnorm(5, 130, 74);
     test_rmsnorm(3, 4096, 75);
+    test_rmsnorm(2, 9000, 85); /* more than 32 per thread: the loop form */
     test_add_rmsnorm(1, 5120, 76);
     test_add_rmsnorm(7, 5120, 77);
     test_add_rmsnorm(17, 5120, 78);
     test_add_rmsnorm(5, 130, 79);
     test_add_rmsnorm(3, 2500, 80);
+    test_add_rmsnorm(2, 9000, 86); /* more than 8 per thread at 1024: the loop form */
     /* conv */
     test_conv1d(1, 10240, 4, 81);
     test_conv1d(7, 10240, 4, 82);
