@@ -2,7 +2,8 @@
 # Where one decoded token's GPU time goes, kernel by kernel, on the GPU machine in one call: Nsight Compute's
 # gpu__time_duration of 600 consecutive kernel launches in the middle of `qwenrt bench --synthetic qwen3.6-27b
 # --ctx 128 -K 0` (graphs off, so every kernel is a launch ncu can time; caches and clocks left alone), summed by
-# kernel name: calls and µs per call. Kernels run one at a time under ncu, so the sum is above the graphed decode time
+# kernel name: µs over the window (about 1.1 decoded tokens: divide by calls / 64 of gate+up for per token), calls
+# and µs per call. Kernels run one at a time under ncu, so the sum is above the graphed decode time
 # (no overlap, and every kernel pays ~2 µs that a graph node partly hides). Build here first, then with the device
 # tool, carrying ["build-cuda/bin"]:
 #   bash scripts/ncu-kernels.sh
