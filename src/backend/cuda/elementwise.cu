@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(32) argmax_final(const float *x /* [rows][n] *
     int bi = INT_MAX;
 #pragma unroll
     for (int j = 0; j < ARGMAX_BLOCKS / 32; j++)
-        argmax_take(argmax_part_v[r * ARGMAX_BLOCKS + j * 32 + lane], argmax_part_i[r * ARGMAX_BLOCKS + j * 32 + lane], bv,
-                    bi);
+        argmax_take(argmax_part_v[r * ARGMAX_BLOCKS + j * 32 + lane], argmax_part_i[r * ARGMAX_BLOCKS + j * 32 + lane],
+                    bv, bi);
     argmax_warp(bv, bi);
     /* a row of all NaN found nothing; one starting with NaN is 0 in qrt_argmax's scan either way */
     if (lane == 0) out[r] = isnan(x[(size_t)r * n]) || bi == INT_MAX ? 0 : bi;

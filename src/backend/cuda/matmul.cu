@@ -639,8 +639,8 @@ typedef struct {
 } fp4_tile_out;
 __device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg, int64_t tile) {
     if (seg.pair != FP4_PARTS)
-        return fp4_tile_out{seg.rows[0], tile * 8, 16384.0f * seg.scale2[0], seg.y[0], seg.pair, 16384.0f * seg.scale2[1],
-                            seg.y[1]};
+        return fp4_tile_out{seg.rows[0], tile * 8, 16384.0f * seg.scale2[0], seg.y[0], seg.pair,
+                            16384.0f * seg.scale2[1], seg.y[1]};
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
