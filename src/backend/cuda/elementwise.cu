@@ -16,31 +16,22 @@ extern "C" {
 #include "util/common.h"
 }
 
-/* One 16-byte chunk of a table row per thread (rows are padded to 16 bytes, so every chunk is aligned): one load per
- * thread instead of one per element (ncu, H200, a 5120-wide BF16 row: 10 µs at 256 threads, element by element). */
+/* One 16-byte chunk of a table row per thread (rows are padded to 16 bytes, so every chunk is aligned), widened by
+ * the dense matmuls' load_w_chunk: one load per thread instead of one per element (ncu, H200, a 5120-wide BF16 row:
+ * 10 µs at 256 threads, element by element). */
 template <int FMT>
 __global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp, const int32_t *ids /* [T] */,
                            float *out /* [T][D] */) {
     constexpr int PER = FMT == QRT_WF_F32 ? 4 : 8; /* elements per chunk */
-    constexpr int ESIZE = 16 / PER;
     const int t = blockIdx.x;
-    const int64_t r = ids[t];
-    const uint4 *row = reinterpret_cast<const uint4 *>(E + (size_t)r * Dp * ESIZE);
+    const uint8_t *row = E + (size_t)ids[t] * Dp * (16 / PER);
     float *o = out + (size_t)t * D;
     for (int64_t c = threadIdx.x; c < Dp / PER; c += blockDim.x) {
-        const uint4 u = row[c];
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        float w[PER];
+        load_w_chunk<FMT>(row, c, w, NULL);
 #pragma unroll
-        for (int e = 0; e < PER; e++) {
-            const int64_t d = c * PER + e;
-            if (d >= D) break;
-            if (FMT == QRT_WF_F32) o[d] = __uint_as_float(w[e]);
-            else {
-                const uint32_t bits = (w[e / 2] >> (16 * (e % 2))) & 0xffffu;
-                if (FMT == QRT_WF_BF16) o[d] = __uint_as_float(bits << 16);
-                else o[d] = __half2float(__ushort_as_half((unsigned short)bits));
-            }
-        }
+        for (int e = 0; e < PER; e++)
+            if (c * PER + e < D) o[c * PER + e] = w[e];
     }
 }
 

@@ -107,43 +107,6 @@ __device__ __forceinline__ const float *fp8_row_scales(const float *scales, int6
     return scales ? scales + (row / 128) * cols : NULL;
 }
 
-/* The CE elements of chunk c of a padded weight row, widened to f32. FP8: e4m3 · its block's scale, the product
- * the CPU backend forms (a chunk of 16 never spans two 128-column blocks). */
-template <int FMT>
-__device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements */, int64_t c, float *w /* [CE] */,
-                                             const float *srow /* FP8 only: the row's block scales */) {
-    uint4 u = __ldg(reinterpret_cast<const uint4 *>(row) + c);
-    uint32_t words[4] = {u.x, u.y, u.z, u.w};
-    if (FMT == QRT_WF_FP8B) {
-        const float sc = srow[c * 16 / 128];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t two = words[j / 2] >> (16 * (j & 1));
-            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
-            w[2 * j] = f.x * sc;
-            w[2 * j + 1] = f.y * sc;
-        }
-    } else if (FMT == QRT_WF_F32) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(words[j]);
-    } else if (FMT == QRT_WF_BF16) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w[2 * j] = __uint_as_float(words[j] << 16);
-            w[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            __half2 h = *reinterpret_cast<__half2 *>(&words[j]);
-            float2 f = __half22float2(h);
-            w[2 * j] = f.x;
-            w[2 * j + 1] = f.y;
-        }
-    }
-}
-
 template <int FMT, int TT>
 __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, const float *scales,
                                                   int64_t scale_cols, int64_t N, int64_t Kp,
