@@ -404,6 +404,7 @@ __device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t
 #define FP4_F16_BITS 0x8E008E00u /* sign 15, magnitude 11..9 of both halves */
 #define FP4_SRC2 0x20382038u    /* o[2]: magnitude at 5..3 (× 2^6), sign at 13 (× 2^2), in both halves */
 #define FP4_SRC3 0x40074007u    /* o[3]: magnitude at 2..0 (× 2^9), sign at 14 (× 2^1) */
+#define FP4_DECODE_UNDO 16384.0f /* 2^14: what the decoded values are short of */
 __device__ __forceinline__ void fp4_decode_word(uint32_t w, uint32_t (&o)[4]) {
     o[0] = w & FP4_F16_BITS;
     o[1] = (w << 3) & FP4_F16_BITS;
@@ -594,7 +595,7 @@ typedef struct {
 /* Where a tile's rows go: its part's output, rows and scale2 (paired: part 0's for rows g, part 1's for g + 8). */
 typedef struct {
     int64_t N, row0; /* rows of the part; the tile's first row within it */
-    float f;         /* 2^14 · scale2: undoes the decode's 2^-14 and applies the tensor scale */
+    float f;         /* FP4_DECODE_UNDO · scale2: undoes the decode's 2^-14 and applies the tensor scale */
     float *y;
     int pair;
     float f1; /* paired: up's */
@@ -602,14 +603,14 @@ typedef struct {
 } fp4_tile_out;
 __device__ __forceinline__ fp4_tile_out fp4_tile_target(const fp4_segments &seg, int64_t tile) {
     if (seg.pair != FP4_PARTS)
-        return fp4_tile_out{seg.rows[0], tile * 8, 16384.0f * seg.scale2[0], seg.y[0], seg.pair,
-                            16384.0f * seg.scale2[1], seg.y[1]};
+        return fp4_tile_out{seg.rows[0], tile * 8, FP4_DECODE_UNDO * seg.scale2[0], seg.y[0], seg.pair,
+                            FP4_DECODE_UNDO * seg.scale2[1], seg.y[1]};
     int p = 0;
 #pragma unroll
     for (int i = 1; i < QRT_GROUP_MAX; i++)
         if (i < seg.count && tile >= seg.tile_begin[i]) p = i;
-    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, 16384.0f * seg.scale2[p], seg.y[p], FP4_PARTS,
-                        0.0f, NULL};
+    return fp4_tile_out{seg.rows[p], (tile - seg.tile_begin[p]) * 16, FP4_DECODE_UNDO * seg.scale2[p], seg.y[p],
+                        FP4_PARTS, 0.0f, NULL};
 }
 
 /* Where a kernel reads x: the fragments fp4_prep_x made in global memory (any T), or, for one token, the block's
