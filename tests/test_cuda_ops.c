@@ -370,10 +370,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
  * agree with the CPU. */
 static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
     qrt_linear host[2], alone[2], paired[2];
-    void *mem[2][2];
     for (int i = 0; i < 2; i++) {
         host[i] = nvfp4_test_part(N, K, seed, i, i ? "pair up" : "pair gate");
-        mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
         alone[i] = paired[i] = host[i];
         if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&paired[i]) != QRT_OK) {
             printf("FAIL prepare_linear pair part: %s\n", qrt_last_error());
@@ -432,7 +430,7 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed
     }
     for (int i = 0; i < 2; i++) {
         gpu->free((void *)alone[i].data), gpu->free((void *)alone[i].scales);
-        free(mem[i][0]), free(mem[i][1]);
+        free((void *)host[i].data), free((void *)host[i].scales);
     }
     gpu->free(g.fused);
 }

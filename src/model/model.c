@@ -785,12 +785,12 @@ static void rollback_body(qrt_session *s, const void *arg) {
         }
         /* the conv state is the last Ck-1 raw inputs of snapshot ++ kept tokens, oldest first: copied, not
          * recomputed (the conv outputs of the kept tokens are recorded already) */
-        const int S = c->conv_kernel - 1, from_snap = S > n_keep ? S - n_keep : 0;
+        const int hist = c->conv_kernel - 1, from_snap = hist > n_keep ? hist - n_keep : 0;
         const size_t row = sizeof(float) * cd;
-        if (from_snap) be->copy(ls->conv, ls->conv_snap + (size_t)(S - from_snap) * cd, row * from_snap);
-        if (S > from_snap)
-            be->copy(ls->conv + (size_t)from_snap * cd, ls->rec_mixed + (size_t)(n_keep - (S - from_snap)) * cd,
-                     row * (S - from_snap));
+        if (from_snap) be->copy(ls->conv, ls->conv_snap + (size_t)(hist - from_snap) * cd, row * from_snap);
+        if (hist > from_snap)
+            be->copy(ls->conv + (size_t)from_snap * cd, ls->rec_mixed + (size_t)(n_keep - (hist - from_snap)) * cd,
+                     row * (hist - from_snap));
         /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens; only the
          * state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
         be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, ls->S, n_keep, c->gdn_k_heads, Hv,
