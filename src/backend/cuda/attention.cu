@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(128) attn_prep_rows(float *qg /* [T][Hq][2·Dh
                                                       const float *k_norm /* [Dh] */, float eps, qrt_kv kv,
                                                       const int *pos_dev, int pos0, int Hq, int Hkv, int Dh, int R,
                                                       float theta) {
+    pdl_start();
     __shared__ float row[ATT_MAX_DH];
     __shared__ float scratch[32];
     const int r = blockIdx.x, t = blockIdx.y, pos = (pos_dev ? *pos_dev : pos0) + t;
@@ -140,13 +141,13 @@ void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *
     const int *pd = qrt_cuda_graph_pos(&max_pos);
     switch (kv->fmt) {
     case QRT_KV_F32:
-        attn_prep_rows<QRT_KV_F32><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_F32>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
         break;
     case QRT_KV_BF16:
-        attn_prep_rows<QRT_KV_BF16><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_BF16>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
         break;
     default:
-        attn_prep_rows<QRT_KV_FP8><<<grid, 128>>>(qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_FP8>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
                                                        const int *pos_dev, int pos0, int t0, int Hq, int Hkv, int Dh,
                                                        float *out /* [T][Hq][Dh] */,
                                                        float *part /* scratch, att_o_at / att_ml_at */) {
+    pdl_start();
     __shared__ float part_m[4], part_l[4];
     __shared__ float part_o[4][E * 32];
     const int h = blockIdx.x, tl = blockIdx.y, c = blockIdx.z, t = t0 + tl;
@@ -256,6 +258,7 @@ template <int E>
 __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, const int *pos_dev, int pos0,
                                                       int t0, int Hq, int Dh, float *out /* [T][Hq][Dh] */,
                                                       const float *part /* scratch, att_o_at / att_ml_at */) {
+    pdl_start();
     const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, lane = threadIdx.x;
     const int nch = att_chunks((pos_dev ? *pos_dev : pos0) + t + 1);
     if (nch == 1) return; /* attention_chunk wrote it */
@@ -342,17 +345,14 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
     const int *pd = qrt_cuda_graph_pos(&max_pos);
     if (pd ? att_chunks_bound(max_pos) == 1 : att_chunks_max(pos0, 0, T) == 1) {
         /* every token's keys are one chunk: one launch, no merge */
-        attention_chunk<E, F><<<dim3(Hq, T, 1), 128>>>(qg, *kv, pd, pos0, 0, Hq, Hkv, Dh, out, part);
-        QRT_CUDA_LAUNCHED();
+        QRT_LAUNCH(attention_chunk<E, F>, dim3(Hq, T, 1), 128, 0, qg, *kv, pd, pos0, 0, Hq, Hkv, Dh, out, part);
         return;
     }
     for (int t0 = 0; t0 < T; t0 += ATT_SLICE) {
         const int Ts = QRT_MIN(ATT_SLICE, T - t0);
         const dim3 grid(Hq, Ts, pd ? att_chunks_bound(max_pos) : att_chunks_max(pos0, t0, Ts));
-        attention_chunk<E, F><<<grid, 128>>>(qg, *kv, pd, pos0, t0, Hq, Hkv, Dh, out, part);
-        QRT_CUDA_LAUNCHED();
-        attention_merge<E><<<dim3(Hq, Ts), 32>>>(qg, pd, pos0, t0, Hq, Dh, out, part);
-        QRT_CUDA_LAUNCHED();
+        QRT_LAUNCH(attention_chunk<E, F>, grid, 128, 0, qg, *kv, pd, pos0, t0, Hq, Hkv, Dh, out, part);
+        QRT_LAUNCH(attention_merge<E>, dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, Dh, out, part);
     }
 }
 

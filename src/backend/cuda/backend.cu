@@ -34,6 +34,17 @@ void qrt_cuda_after_launch(const char *file, int line) {
     }
 }
 
+int qrt_cuda_pdl(void) {
+    static int on = -1;
+    if (on < 0) {
+        int major = 0;
+        QRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        const char *s = getenv("QRT_CUDA_PDL");
+        on = major >= 9 && !(s && *s == '0');
+    }
+    return on;
+}
+
 extern "C" int qrt_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -222,7 +233,7 @@ static void cuda_graph_launch(void *graph, int pos, const int32_t *ids, int T) {
         step_args a;
         a.pos = pos, a.n = T;
         memcpy(a.ids, ids, sizeof(int32_t) * (size_t)T);
-        set_step<<<1, QRT_GRAPH_MAX_T>>>(a);
+        set_step<<<1, QRT_GRAPH_MAX_T>>>(a); /* plain: the replay before may still read the slot */
         QRT_CUDA_LAUNCHED();
     }
     QRT_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, cudaStreamPerThread));

@@ -13,6 +13,7 @@ template <int CK>
 __global__ void conv1d_silu_channels(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */,
                                      const float *w /* [ch][Ck] */, int T, int ch, int Ck_arg,
                                      float *y /* [T][ch] */) {
+    pdl_start();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     const int Ck = CK ? CK : Ck_arg, S = Ck - 1;
@@ -44,7 +45,6 @@ __global__ void conv1d_silu_channels(const float *x /* [T][ch] */, float *state 
 
 void qrt_cuda_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
     QRT_ASSERT(Ck >= 1 && Ck <= CONV_MAX_TAPS);
-    if (Ck == 4) conv1d_silu_channels<4><<<qrt_grid((size_t)ch, 128), 128>>>(x, state, w, T, ch, Ck, y);
-    else conv1d_silu_channels<0><<<qrt_grid((size_t)ch, 128), 128>>>(x, state, w, T, ch, Ck, y);
-    QRT_CUDA_LAUNCHED();
+    if (Ck == 4) QRT_LAUNCH(conv1d_silu_channels<4>, qrt_grid((size_t)ch, 128), 128, 0, x, state, w, T, ch, Ck, y);
+    else QRT_LAUNCH(conv1d_silu_channels<0>, qrt_grid((size_t)ch, 128), 128, 0, x, state, w, T, ch, Ck, y);
 }

@@ -22,6 +22,7 @@ extern "C" {
 template <int FMT>
 __global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp, const int32_t *ids /* [T] */,
                            float *out /* [T][D] */) {
+    pdl_start();
     constexpr int PER = FMT == QRT_WF_F32 ? 4 : 8; /* elements per chunk */
     const int t = blockIdx.x;
     const uint8_t *row = E + (size_t)ids[t] * Dp * (16 / PER);
@@ -41,9 +42,9 @@ void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *o
     const int64_t chunks = Dp / (E->fmt == QRT_WF_F32 ? 4 : 8);
     const unsigned threads = chunks >= 1024 ? 1024 : (unsigned)((chunks + 31) / 32 * 32);
     switch (E->fmt) {
-    case QRT_WF_F32: embed_rows<QRT_WF_F32><<<T, threads>>>(e, E->k, Dp, ids_dev, out); break;
-    case QRT_WF_BF16: embed_rows<QRT_WF_BF16><<<T, threads>>>(e, E->k, Dp, ids_dev, out); break;
-    case QRT_WF_F16: embed_rows<QRT_WF_F16><<<T, threads>>>(e, E->k, Dp, ids_dev, out); break;
+    case QRT_WF_F32: QRT_LAUNCH(embed_rows<QRT_WF_F32>, T, threads, 0, e, E->k, Dp, ids_dev, out); break;
+    case QRT_WF_BF16: QRT_LAUNCH(embed_rows<QRT_WF_BF16>, T, threads, 0, e, E->k, Dp, ids_dev, out); break;
+    case QRT_WF_F16: QRT_LAUNCH(embed_rows<QRT_WF_F16>, T, threads, 0, e, E->k, Dp, ids_dev, out); break;
     default: QRT_ASSERT(!"embedding table must be F32, BF16 or F16");
     }
     QRT_CUDA_LAUNCHED();
@@ -55,13 +56,13 @@ static unsigned ew_grid(size_t n) {
 }
 
 __global__ void swiglu_kernel(const float *g, const float *u, size_t n, float *y) {
+    pdl_start();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = silu_f(g[i]) * u[i];
 }
 void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
     if (!n) return;
-    swiglu_kernel<<<ew_grid(n), 256>>>(g, u, n, y);
-    QRT_CUDA_LAUNCHED();
+    QRT_LAUNCH(swiglu_kernel, ew_grid(n), 256, 0, g, u, n, y);
 }
 
 #define ARGMAX_BLOCKS 128 /* 4 per lane of argmax_final; 32 blocks kept too few loads in flight (14 µs for 248320) */
@@ -84,6 +85,7 @@ __device__ __forceinline__ void argmax_warp(float &bv, int &bi) {
 }
 
 __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n] */, int n) {
+    pdl_start();
     __shared__ float wv[8];
     __shared__ int wi[8];
     const float *row = x + (size_t)blockIdx.y * n;
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
 }
 
 __global__ void __launch_bounds__(32) argmax_final(const float *x /* [rows][n] */, int n, int32_t *out /* [rows] */) {
+    pdl_start();
     const int r = blockIdx.x, lane = threadIdx.x;
     float bv = -INFINITY;
     int bi = INT_MAX;
@@ -124,10 +127,8 @@ void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out) {
     QRT_ASSERT(n > 0);
     for (int r0 = 0; r0 < rows; r0 += ARGMAX_MAX_ROWS) {
         const int nr = QRT_MIN(ARGMAX_MAX_ROWS, rows - r0);
-        argmax_partial<<<dim3(ARGMAX_BLOCKS, nr), 256>>>(x + (size_t)r0 * n, n);
-        QRT_CUDA_LAUNCHED();
-        argmax_final<<<nr, 32>>>(x + (size_t)r0 * n, n, out + r0);
-        QRT_CUDA_LAUNCHED();
+        QRT_LAUNCH(argmax_partial, dim3(ARGMAX_BLOCKS, nr), 256, 0, x + (size_t)r0 * n, n);
+        QRT_LAUNCH(argmax_final, nr, 32, 0, x + (size_t)r0 * n, n, out + r0);
     }
 }
 

@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
                                                         float *S /* [Hv][Dk][Dv] */, const float *z /* [T][Hv][Dv] */,
                                                         const float *norm_w /* [Dv] */, float eps, int T, int Hk,
                                                         int Hv, int Dk, int Dv, float *o /* [T][Hv][Dv] */) {
+    pdl_start();
     constexpr int R = DKMAX / GDN_PARTS;
     __shared__ float qs[DKMAX], ks[DKMAX];
     __shared__ float part_m[GDN_PARTS][GDN_COLS], part_o[GDN_PARTS][GDN_COLS];
@@ -141,11 +142,10 @@ void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float 
     (void)chunked; /* the recurrence serves both forms for now (see the top of this file) */
     QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0 && Dv <= GDN_COLS);
     if (Dk <= 32)
-        gdn_head<32><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+        QRT_LAUNCH(gdn_head<32>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
     else if (Dk <= 64)
-        gdn_head<64><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+        QRT_LAUNCH(gdn_head<64>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
     else if (Dk <= 128)
-        gdn_head<128><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
-    else gdn_head<256><<<Hv, GDN_THREADS>>>(qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
-    QRT_CUDA_LAUNCHED();
+        QRT_LAUNCH(gdn_head<128>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+    else QRT_LAUNCH(gdn_head<256>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
 }

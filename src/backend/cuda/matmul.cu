@@ -58,6 +58,7 @@ extern "C" {
  * xp: [T][G][CE/4][32][4] floats, G = ceil(K / (32·CE)). */
 __global__ void permute_x_lanes(const float *x /* [T][K] */, int64_t K, int T, int CE, int64_t G,
                                 float4 *xp /* [T][G][CE/4][32] */) {
+    pdl_start();
     const int64_t quads = (int64_t)T * G * (CE / 4) * 32;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
         const int lane = (int)(i % 32);
@@ -88,8 +89,7 @@ static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t
         qrt_cuda_scratch_moved();
     }
     size_t blocks = (quads + 255) / 256;
-    permute_x_lanes<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(x, K, T, CE, G, xp_buf);
-    QRT_CUDA_LAUNCHED();
+    QRT_LAUNCH(permute_x_lanes, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, x, K, T, CE, G, xp_buf);
     *G_out = G;
     return xp_buf;
 }
@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
                                                   int64_t scale_cols, int64_t N, int64_t Kp,
                                                   const float4 *xp /* [T][G][CE/4][32] lane order */, int64_t G,
                                                   int T, float *y /* [T][N] */) {
+    pdl_start();
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES;
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
@@ -158,6 +159,7 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
                                                                 int64_t scale_cols, int64_t N, int64_t K, int64_t Kp,
                                                                 const float *x /* [T][K] */, int T,
                                                                 float *y /* [T][N] */) {
+    pdl_start();
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES, SLAB = 32 * CE;
     /* +4: keeps 16-byte alignment of every row and staggers the rows over the banks */
     __shared__ __align__(16) float xs[TILED_TOKENS][SLAB + 4];
@@ -221,14 +223,14 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
         int64_t G;
         const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
         unsigned grid = qrt_grid((size_t)N, 4);
-        if (T == 1) dense_gemv<FMT, 1><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T == 2) dense_gemv<FMT, 2><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T <= 4) dense_gemv<FMT, 4><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T <= 8) dense_gemv<FMT, 8><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
-        else dense_gemv<FMT, 16><<<grid, 128>>>(w, sc, scols, N, Kp, xp, G, T, y);
+        if (T == 1) QRT_LAUNCH(dense_gemv<FMT, 1>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T == 2) QRT_LAUNCH(dense_gemv<FMT, 2>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T <= 4) QRT_LAUNCH(dense_gemv<FMT, 4>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+        else if (T <= 8) QRT_LAUNCH(dense_gemv<FMT, 8>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+        else QRT_LAUNCH(dense_gemv<FMT, 16>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
-        dense_tiled<FMT><<<grid, TILED_WARPS * 32>>>(w, sc, scols, N, K, Kp, x, T, y);
+        QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, sc, scols, N, K, Kp, x, T, y);
     }
     QRT_CUDA_LAUNCHED();
 }
@@ -335,6 +337,7 @@ __device__ __forceinline__ void fp4_prep_convert(const float (&v)[4][4], uint4 (
  * feeds both token tiles of an 8-token pass. */
 __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_t S,
                            uint4 *xf /* [ceil(T/8)][S][4][8][32] */, float *xscale /* [T][S] */) {
+    pdl_start();
     const int lane = threadIdx.x & 31;
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (wid >= (int64_t)T * S) return;
@@ -708,6 +711,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
                                                              const fp4_segments seg, fp4_xsrc xs,
                                                              const float *x /* SX: [K] */, int64_t K, int64_t S,
                                                              int T) {
+    pdl_start();
     extern __shared__ uint4 fp4_xs[]; /* SX: [S][32][4], then [S] f32 scales */
     const int lane = threadIdx.x & 31;
     const int64_t tile = (int64_t)blockIdx.x * TPB + (threadIdx.x >> 5);
@@ -744,6 +748,7 @@ template <int NT, int WK, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                      const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
                                                      int64_t K, int64_t S, int T) {
+    pdl_start();
     extern __shared__ float fp4_part[]; /* [S][NT][2][32] p, then SX: [S][32][4] uint4 and [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t tile = blockIdx.x;
@@ -925,6 +930,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
                                                        const fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
                                                        int t0, const fp4_st_work st) {
+    pdl_start();
     extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t gw = (int64_t)blockIdx.x * WPB + warp;
@@ -1014,8 +1020,7 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
         qrt_cuda_scratch_moved();
     }
     float *xscale = reinterpret_cast<float *>(reinterpret_cast<char *>(xf_buf) + frag_bytes);
-    fp4_prep_x<<<qrt_grid((size_t)T * S * 32, 256), 256>>>(x, K, T, S, xf_buf, xscale);
-    QRT_CUDA_LAUNCHED();
+    QRT_LAUNCH(fp4_prep_x, qrt_grid((size_t)T * S * 32, 256), 256, 0, x, K, T, S, xf_buf, xscale);
     return xscale;
 }
 
@@ -1041,7 +1046,7 @@ static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits); /* x's shared copy: ~2 KB per 512 of K */
-    fp4_mma_w1<NT, TPB, SX, PAIR><<<qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem>>>(blocks, seg, xs, x, K,
+    QRT_LAUNCH(fp4_mma_w1<NT, TPB, SX, PAIR>, qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem, blocks, seg, xs, x, K,
                                                                                                     S, T);
 }
 
@@ -1052,7 +1057,7 @@ static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_x
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits);
-    fp4_mma_k<NT, WK, SX, PAIR><<<(unsigned)seg.tile_begin[seg.count], WK * 32, smem>>>(blocks, seg, xs, x, K, S, T);
+    QRT_LAUNCH(fp4_mma_k<NT, WK, SX, PAIR>, (unsigned)seg.tile_begin[seg.count], WK * 32, smem, blocks, seg, xs, x, K, S, T);
 }
 
 /* mma_st's split-tile scratch (fp4_st_work), grown on demand like xf_buf: part floats, done counters (zeroed). */
@@ -1099,7 +1104,7 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
-        fp4_mma_st<NT, WPB, D, SX, PAIR><<<(unsigned)grid, WPB * 32, smem>>>(blocks, seg, xs, x, K, S, T, t0, st);
+        QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0, st);
     return true;
 }
 

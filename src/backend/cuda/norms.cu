@@ -28,6 +28,7 @@ __device__ __forceinline__ void norm_store(const float (&v)[P], const float (&wv
 template <int P>
 __global__ void rmsnorm_rows(const float *x /* [rows][n] */, const float *w /* [n] */, int n, float eps,
                              float *y /* [rows][n] */) {
+    pdl_start();
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -59,6 +60,7 @@ template <int P>
 __global__ void add_rmsnorm_rows(float *__restrict__ h /* [rows][n] */, const float *__restrict__ y /* [rows][n] */,
                                  const float *__restrict__ w /* [n] */, int n, float eps,
                                  float *__restrict__ x /* [rows][n] */) {
+    pdl_start();
     __shared__ float scratch[32];
     float *hr = h + (size_t)blockIdx.x * n, *xr = x + (size_t)blockIdx.x * n;
     const float *yr = y + (size_t)blockIdx.x * n;
@@ -98,11 +100,11 @@ static int norm_per_thread(int n, unsigned threads) {
 
 #define NORM_LAUNCH(kernel, per, grid, threads, ...)                                                                   \
     switch (per) {                                                                                                     \
-    case 4: kernel<4><<<grid, threads>>>(__VA_ARGS__); break;                                                          \
-    case 8: kernel<8><<<grid, threads>>>(__VA_ARGS__); break;                                                          \
-    case 16: kernel<16><<<grid, threads>>>(__VA_ARGS__); break;                                                        \
-    case 32: kernel<32><<<grid, threads>>>(__VA_ARGS__); break;                                                        \
-    default: kernel<0><<<grid, threads>>>(__VA_ARGS__); break;                                                         \
+    case 4: QRT_LAUNCH(kernel<4>, grid, threads, 0, __VA_ARGS__); break;                                                          \
+    case 8: QRT_LAUNCH(kernel<8>, grid, threads, 0, __VA_ARGS__); break;                                                          \
+    case 16: QRT_LAUNCH(kernel<16>, grid, threads, 0, __VA_ARGS__); break;                                                        \
+    case 32: QRT_LAUNCH(kernel<32>, grid, threads, 0, __VA_ARGS__); break;                                                        \
+    default: QRT_LAUNCH(kernel<0>, grid, threads, 0, __VA_ARGS__); break;                                                         \
     }
 
 void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
