@@ -933,9 +933,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     pdl_start();
     extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* unit bookkeeping in 32 bits (the launcher checks units < 2^31): in 64 bits it was ~14% of the loop's
+     * instructions (ncu, down_proj) */
     const int64_t gw = (int64_t)blockIdx.x * WPB + warp;
-    const int64_t u0 = gw * st.units / st.warps, u1 = (gw + 1) * st.units / st.warps;
-    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + u0 * FP4_BLOCK_U4 + lane; /* unit u0, this lane */
+    const int u0 = (int)(gw * st.units / st.warps), u1 = (int)((gw + 1) * st.units / st.warps), Si = (int)S;
+    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + (int64_t)u0 * FP4_BLOCK_U4 + lane; /* unit u0 */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
     auto start_copies = [&] {
 #pragma unroll
@@ -955,11 +957,12 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
-    int64_t tile = u0 / S, s = u0 - tile * S; /* of unit u, stepped along (no division per unit) */
-    int k = 0;                                /* u's ring slot */
-    int64_t split_tile[2] = {0, 0};           /* fp4_part_finish's */
+    int tile = u0 / Si, s = u0 - tile * Si;                   /* of unit u, stepped along (no division per unit) */
+    bool whole = tile * Si >= u0 && tile * Si + Si <= u1; /* the tile is all this warp's */
+    int k = 0;                                                /* u's ring slot */
+    int64_t split_tile[2] = {0, 0};                           /* fp4_part_finish's */
     unsigned split_mine[2] = {0, 0};
-    for (int64_t u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
+    for (int u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         cp_async_wait<D - 1>(); /* this slot's group (the oldest) has landed */
         fp4_slice_regs cur;
@@ -972,20 +975,20 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
         if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
         next += FP4_BLOCK_U4;
         cp_async_commit();
-        const int64_t first = tile * S, end = first + S;
-        if (first >= u0 && end <= u1) { /* the whole tile is this warp's */
+        if (whole) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
-            if (s == S - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+            if (s == Si - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
         } else {
             fp4_part_store<NT>(st.part, u, tp, lane, p);
-            const unsigned mine = (unsigned)((u1 < end ? u1 : end) - (u0 > first ? u0 : first));
+            const int first = tile * Si, end = first + Si;
+            const unsigned mine = (unsigned)(min(u1, end) - max(u0, first));
             if (u == u1 - 1) split_tile[1] = tile, split_mine[1] = mine; /* both counted in at the end of the run */
-            else if (s == S - 1) split_tile[0] = tile, split_mine[0] = mine;
+            else if (s == Si - 1) split_tile[0] = tile, split_mine[0] = mine;
         }
-        if (++s == S) s = 0, tile++;
+        if (++s == Si) s = 0, tile++, whole = tile * Si >= u0 && tile * Si + Si <= u1;
     }
     if (split_mine[0] || split_mine[1]) fp4_part_finish<NT, PAIR>(st, seg, split_tile, split_mine, S, T, t0, lane);
     cp_async_wait<0>();
@@ -1102,6 +1105,7 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
     const int64_t grid = QRT_MIN((int64_t)occ * sm_count(), (units + WPB - 1) / WPB);
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
+    QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
         QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0, st);
