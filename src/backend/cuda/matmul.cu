@@ -14,6 +14,8 @@
  *   nvfp4 3  mma_st12x2     "streamed": a GPU-filling grid, each warp an equal run of (tile, slice) units streamed
  *   nvfp4 4  mma_st16x2     through its own 2-slot cp.async ring (12 or 16 warps per block); split tiles summed by
  *                           the warp that completes them. Wins on long N (lm_head, gate+up) and down_proj at T = 1
+ *   nvfp4 5  mma_gemm       T >= 16 (prefill): 8 tile warps per block share each slice's x fragments of 16 tokens
+ *                           in shared memory (below 16 tokens it runs mma_w1)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -513,11 +515,12 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
 
 /* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
  * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
- * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart) or, SX, in
- * the block's shared copy (8 apart); xsc: 2^e of its token. The four chains are independent and interleaved k-step
+ * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart), XSH, in a
+ * shared-memory copy of that layout (mma_gemm), or, SX, in the block's one-token copy (8 apart); xsc: 2^e of its
+ * token. The four chains are independent and interleaved k-step
  * by k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's
  * latency. */
-template <int NT, bool SX>
+template <int NT, bool SX, bool XSH = false>
 __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
                                               const float (&xsc)[NT], float (&p)[NT][2]) {
     uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
@@ -558,9 +561,10 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                 for (int nt = 0; nt < NT; nt++) {
                     uint2 b;
                     if (SX) b = xf_s[nt][(q * 8 + i) * 8];
-                    else if (NT == 1) b = __ldg(xf_s[nt] + (q * 8 + i) * 64);
+                    else if (NT == 1) b = XSH ? xf_s[nt][(q * 8 + i) * 64] : __ldg(xf_s[nt] + (q * 8 + i) * 64);
                     else if (nt % 2 == 0) { /* tiles nt and nt + 1 share one 16-byte entry */
-                        const uint4 b2 = __ldg(reinterpret_cast<const uint4 *>(xf_s[nt] + (q * 8 + i) * 64));
+                        const uint4 *e = reinterpret_cast<const uint4 *>(xf_s[nt] + (q * 8 + i) * 64);
+                        const uint4 b2 = XSH ? *e : __ldg(e);
                         b = make_uint2(b2.x, b2.y);
                         bnext = make_uint2(b2.z, b2.w);
                     } else b = bnext;
@@ -994,6 +998,83 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     cp_async_wait<0>();
 }
 
+/* Variant mma_gemm (T ≥ 16; below it mma_w1 runs): a block of GEMM_WARPS tile warps and GEMM_TOKENS tokens, the
+ * tokens fastest in the grid (the blocks of one row block run together and share its weights in L2). Why: the other
+ * variants read x's fragments from L2 in every tile warp, so at M = 256 the fragments (5 MB for K = 5120) were read
+ * once per tile, ~11 GB for gate+up (1.27 ms measured, session 3), and they re-read the weights once per pass of 16
+ * tokens. Here each slice's fragments of the block's tokens are copied to shared memory once (cp.async, double
+ * buffered) for all its warps, and each weight slice, loaded into registers once, serves GEMM_TOKENS / 16 passes
+ * (16 tokens: 183 registers, no spills; 32 tokens compiled to 255 registers with spills, sm_90a, nvcc 13.0); the
+ * weights' re-reads per token block come from L2 while that row block's token blocks run together.
+ * Every (row, token) is summed in mma_w1's order (fp4_slice_mma per pass and slice, slices added in order), so the
+ * bits are mma_w1's (test_cuda_ops checks it like every variant). H200: TTFT at ctx 128 119 -> 85 ms. */
+#define GEMM_WARPS 8
+#define GEMM_TOKENS 16
+#define GEMM_PASSES (GEMM_TOKENS / 16)    /* passes of 16 tokens (4 token tiles) */
+#define GEMM_GROUPS (GEMM_TOKENS / 8)     /* fp4_prep_x's token groups */
+#define GEMM_SLICE_U4 (GEMM_GROUPS * 1024) /* one slice of the block's fragments: [group][4 q][8 i][32 lanes] */
+template <bool PAIR>
+__global__ void __launch_bounds__(GEMM_WARPS * 32, 1) fp4_mma_gemm(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
+                                                                    const fp4_segments seg, fp4_xsrc xs, int64_t S,
+                                                                    int T) {
+    pdl_start();
+    extern __shared__ uint4 gemm_xs[]; /* [2][GEMM_SLICE_U4]: slices s and s + 1 */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
+    const int TB = (T + GEMM_TOKENS - 1) / GEMM_TOKENS;
+    const int t_base = (int)(blockIdx.x % TB) * GEMM_TOKENS;
+    const int64_t tile = (int64_t)(blockIdx.x / TB) * GEMM_WARPS + warp;
+    const bool has_tile = tile < seg.tile_begin[seg.count];
+    const uint8_t *tile_blocks = blocks + (size_t)(has_tile ? tile : 0) * S * FP4_BLOCK_BYTES;
+    /* slice s's fragments of this block's groups into buffer b; a group past T copies the last one (fp4_x_lanes' rule:
+     * those columns are never stored) */
+    auto stage = [&](int64_t s, int b) {
+        for (int j = threadIdx.x; j < GEMM_SLICE_U4; j += GEMM_WARPS * 32) {
+            int grp = t_base / 8 + j / 1024;
+            if (grp * 8 >= T) grp = (T - 1) / 8;
+            cp_async16(gemm_xs + b * GEMM_SLICE_U4 + j, xs.xf + ((int64_t)grp * S + s) * 1024 + j % 1024);
+        }
+        cp_async_commit();
+    };
+    stage(0, 0);
+    float acc[GEMM_PASSES][4][2];
+    for (int64_t s = 0; s < S; s++) {
+        const int b = (int)(s & 1);
+        fp4_slice_regs cur; /* the weights first: they do not wait for the barrier */
+        if (has_tile)
+            fp4_load_slice<true>(cur, reinterpret_cast<const uint4 *>(tile_blocks + (size_t)s * FP4_BLOCK_BYTES), lane);
+        if (s + 1 < S) {
+            stage(s + 1, b ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* slice s's fragments are in buffer b for every warp */
+        if (has_tile) {
+#pragma unroll
+            for (int pp = 0; pp < GEMM_PASSES; pp++) {
+                const uint2 *xf_s[4];
+                float xsc[4], p[4][2];
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int grp = (16 * pp + 4 * nt) / 8, tok = t_base + 16 * pp + 4 * nt + c;
+                    xf_s[nt] = reinterpret_cast<const uint2 *>(gemm_xs + b * GEMM_SLICE_U4 + grp * 1024 + lane) + (nt & 1);
+                    xsc[nt] = tok >= T ? 0.0f : __ldg(xs.xscale + (size_t)tok * S + s);
+                }
+                fp4_slice_mma<4, false, true>(cur, xf_s, xsc, p);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) acc[pp][nt][r] = s == 0 ? p[nt][r] : acc[pp][nt][r] + p[nt][r];
+            }
+        }
+        __syncthreads(); /* buffer b is read by every warp before slice s + 2 is staged into it */
+    }
+    if (!has_tile) return;
+    const fp4_tile_out o = fp4_tile_target(seg, tile);
+#pragma unroll
+    for (int pp = 0; pp < GEMM_PASSES; pp++) fp4_store<4, PAIR>(o, T, t_base + 16 * pp, lane, acc[pp]);
+}
+
 /* x fragments, grown on demand like xp_buf. */
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
@@ -1112,8 +1193,20 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     return true;
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1", "mma_k4", "mma_k4_sx", "mma_st12x2", "mma_st16x2"};
-#define FP4_VARIANTS 5
+template <bool PAIR>
+static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, int64_t S, int T) {
+    const size_t smem = 2 * GEMM_SLICE_U4 * sizeof(uint4);
+    static size_t granted = 0;
+    const bool fits = fp4_smem_opt_in(fp4_mma_gemm<PAIR>, smem, granted);
+    QRT_ASSERT(fits); /* 64 KB: every GPU this builds for has it */
+    const int64_t row_blocks = (seg.tile_begin[seg.count] + GEMM_WARPS - 1) / GEMM_WARPS;
+    const int64_t grid = row_blocks * ((T + GEMM_TOKENS - 1) / GEMM_TOKENS);
+    QRT_LAUNCH(fp4_mma_gemm<PAIR>, (unsigned)grid, GEMM_WARPS * 32, smem, blocks, seg, xs, S, T);
+}
+
+static const char *const fp4_variant_names[] = {"mma_w1",     "mma_k4",     "mma_k4_sx",
+                                                "mma_st12x2", "mma_st16x2", "mma_gemm"};
+#define FP4_VARIANTS 6
 
 template <int WPB, int D, bool PAIR>
 static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1153,7 +1246,11 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         else launch_k<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         break;
     case 3: ran = launch_st_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    default: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case 4: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    default:
+        if (T >= 16) launch_gemm<PAIR>(blocks, seg, xs, S, T);
+        else ran = false; /* mma_w1 below */
+        break;
     }
     if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
