@@ -282,6 +282,22 @@ static qrt_linear nvfp4_test_part(int64_t N, int64_t K, uint64_t seed, int i, co
                         .scale2 = 0.0123f * (float)(i + 1), .name = name};
 }
 
+/* Two device copies of host part h (one run alone, one grouped), or a failure counted: 0. */
+static int prepare_copies(const qrt_linear *h, qrt_linear *alone, qrt_linear *grouped, const char *what) {
+    *alone = *grouped = *h;
+    if (gpu->prepare_linear(alone) == QRT_OK && gpu->prepare_linear(grouped) == QRT_OK) return 1;
+    printf("FAIL prepare_linear %s: %s\n", what, qrt_last_error());
+    failures++;
+    return 0;
+}
+/* The same group prepared on the CPU (hg, host parts) and the GPU (g), or a failure counted: 0. */
+static int prepare_groups(qrt_linear_group *hg, qrt_linear_group *g, const char *what) {
+    if (cpu->prepare_group(hg) == QRT_OK && gpu->prepare_group(g) == QRT_OK) return 1;
+    printf("FAIL prepare_group (%s): %s\n", what, qrt_last_error());
+    failures++;
+    return 0;
+}
+
 /* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
  * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
  * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. */
@@ -304,20 +320,11 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
             host[i] = nvfp4_test_part(N[i], K, seed, i, "group nvfp4 part");
             mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
         }
-        alone[i] = grouped[i] = host[i];
-        if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&grouped[i]) != QRT_OK) {
-            printf("FAIL prepare_linear group part: %s\n", qrt_last_error());
-            failures++;
-            return;
-        }
+        if (!prepare_copies(&host[i], &alone[i], &grouped[i], "group part")) return;
     }
     qrt_linear_group hg = {n, {NULL}, NULL, 0, 0}, g = {n, {NULL}, NULL, 0, 0};
     for (int i = 0; i < n; i++) hg.part[i] = &host[i], g.part[i] = &grouped[i];
-    if (cpu->prepare_group(&hg) != QRT_OK || gpu->prepare_group(&g) != QRT_OK) {
-        printf("FAIL prepare_group: %s\n", qrt_last_error());
-        failures++;
-        return;
-    }
+    if (!prepare_groups(&hg, &g, "group")) return;
     const int fused_expected = n - __builtin_popcount(bf16_mask) >= 2;
     checks++;
     if (!!g.fused != fused_expected) {
@@ -372,19 +379,10 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed
     qrt_linear host[2], alone[2], paired[2];
     for (int i = 0; i < 2; i++) {
         host[i] = nvfp4_test_part(N, K, seed, i, i ? "pair up" : "pair gate");
-        alone[i] = paired[i] = host[i];
-        if (gpu->prepare_linear(&alone[i]) != QRT_OK || gpu->prepare_linear(&paired[i]) != QRT_OK) {
-            printf("FAIL prepare_linear pair part: %s\n", qrt_last_error());
-            failures++;
-            return;
-        }
+        if (!prepare_copies(&host[i], &alone[i], &paired[i], "pair part")) return;
     }
     qrt_linear_group hg = {2, {&host[0], &host[1]}, NULL, 1, 0}, g = {2, {&paired[0], &paired[1]}, NULL, 1, 0};
-    if (cpu->prepare_group(&hg) != QRT_OK || gpu->prepare_group(&g) != QRT_OK) {
-        printf("FAIL prepare_group (pair): %s\n", qrt_last_error());
-        failures++;
-        return;
-    }
+    if (!prepare_groups(&hg, &g, "pair")) return;
     checks++;
     if (!g.paired) failures++, printf("FAIL pair N=%lld K=%lld: prepare_group did not pair gate|up\n", (long long)N,
                                       (long long)K);
