@@ -9,6 +9,9 @@
  *                       block then norms its Dv outputs: the sum of squares is the old rmsnorm_gated_rows' at 128
  *                       threads (one element per thread of warps 0..3, warp sums combined as block_sum does), so
  *                       the output is that kernel's function of the recurrence output. Dv ≤ 128.
+ *                       Each token's inputs are loaded while the token before is computed (gdn_load_token): a
+ *                       call of T tokens waits out one L2 round trip, not T (H200: verify T = 7 ~23 us per call
+ *                       before; K=6 cycle 12.32 -> 11.90 ms, TTFT at ctx 2048 1517 -> 1461 ms).
  * Tried, measured, dropped (session 5, docs/benchmarks.md): a cluster of 4 blocks per head, each owning 32 columns
  * and exchanging the norm's warp sums through distributed shared memory — 7.0 → 7.8 µs at T = 1: one SM moving the
  * head's 64 KB of state was not the limit.
@@ -31,14 +34,11 @@ extern "C" {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* dst[i] = x[i] / ‖x‖ · scale for i < Dk ≤ 32·N, by one warp (the old kernel's arithmetic: lane-strided fmaf,
- * warp_sum), with the warp's N loads per lane issued at once. */
+/* dst[i] = x[i] / ‖x‖ · scale for i < Dk ≤ 32·N, by one warp from its lane-strided registers v[e] = x[lane + 32e]
+ * (0 past Dk; the old kernel's arithmetic: lane-strided fmaf, warp_sum). */
 template <int N>
-__device__ static void l2norm_warp(const float *x /* [Dk] */, int Dk, float scale, float *dst /* [Dk] shared */) {
+__device__ static void l2norm_warp(const float (&v)[N], int Dk, float scale, float *dst /* [Dk] shared */) {
     const int lane = threadIdx.x & 31;
-    float v[N];
-#pragma unroll
-    for (int e = 0; e < N; e++) v[e] = lane + 32 * e < Dk ? x[lane + 32 * e] : 0.0f;
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < N; e++)
@@ -48,6 +48,30 @@ __device__ static void l2norm_warp(const float *x /* [Dk] */, int Dk, float scal
 #pragma unroll
     for (int e = 0; e < N; e++)
         if (lane + 32 * e < Dk) dst[lane + 32 * e] = v[e] * inv;
+}
+
+/* One token's inputs as this thread reads them: warp 0 q and warp 1 k (lane-strided, N per lane), the column's v
+ * and (p = 0) z, the head's a and b. Loaded one token ahead, so that a call of T tokens waits out the L2 round trip
+ * once rather than per token (verify, rollback, prefill). */
+template <int N> struct gdn_token_in {
+    float qk[N], v, z, a, b;
+};
+template <int N>
+__device__ __forceinline__ void gdn_load_token(gdn_token_in<N> &in, const float *qkv, const float *a, const float *b,
+                                               const float *z, int t, int j, int kh, int c, int p, int warp, int Hk,
+                                               int Hv, int Dk, int Dv) {
+    const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
+    const float *q = qkv + (size_t)t * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
+    const int lane = threadIdx.x & 31;
+    if (warp < 2) {
+#pragma unroll
+        for (int e = 0; e < N; e++) in.qk[e] = lane + 32 * e < Dk ? (warp ? k : q)[lane + 32 * e] : 0.0f;
+    }
+    const bool col = c < Dv;
+    in.v = col ? qkv[(size_t)t * row + 2 * (size_t)Hk * Dk + (size_t)j * Dv + c] : 0.0f;
+    in.z = p == 0 && col ? z[((size_t)t * Hv + j) * Dv + c] : 0.0f;
+    in.a = a[(size_t)t * Hv + j];
+    in.b = b[(size_t)t * Hv + j];
 }
 
 /* Column c's sum of the 4 partials, in the order p = 0..3. */
@@ -70,7 +94,6 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     __shared__ float warp_ss[GDN_COLS / 32];
     const int j = blockIdx.x, c = threadIdx.x % GDN_COLS, p = threadIdx.x / GDN_COLS, warp = threadIdx.x >> 5;
     const int kh = j / (Hv / Hk); /* v-head j reads k-head j // (Hv/Hk) */
-    const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
     const bool col = c < Dv;
     const float *Sj_in = S_in + (size_t)j * Dk * Dv;
     float *Sj = S + (size_t)j * Dk * Dv;
@@ -81,17 +104,19 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
         s[r] = (col && i < Dk) ? Sj_in[(size_t)i * Dv + c] : 0.0f;
     }
     const float A = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
+    const float wc = p == 0 && col ? norm_w[c] : 0.0f;
+    gdn_token_in<DKMAX / 32> in, next;
+    gdn_load_token(next, qkv, a, b, z, 0, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
     for (int t = 0; t < T; t++) {
-        const float *q = qkv + (size_t)t * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
-        /* the norm's inputs, loaded now rather than after the recurrence's three barriers */
+        in = next;
+        if (t + 1 < T) gdn_load_token(next, qkv, a, b, z, t + 1, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
         const size_t at = ((size_t)t * Hv + j) * Dv + c;
-        const float zc = p == 0 && col ? z[at] : 0.0f, wc = p == 0 && col ? norm_w[c] : 0.0f;
-        if (warp == 0) l2norm_warp<DKMAX / 32>(q, Dk, qscale, qs);
-        else if (warp == 1) l2norm_warp<DKMAX / 32>(k, Dk, 1.0f, ks);
-        const float g = A * softplus_f(a[(size_t)t * Hv + j] + dtb);
-        const float beta = sigmoid_f(b[(size_t)t * Hv + j]);
+        if (warp == 0) l2norm_warp(in.qk, Dk, qscale, qs);
+        else if (warp == 1) l2norm_warp(in.qk, Dk, 1.0f, ks);
+        const float g = A * softplus_f(in.a + dtb);
+        const float beta = sigmoid_f(in.b);
         const float decay = expf(g);
-        const float v = col ? qkv[(size_t)t * row + 2 * (size_t)Hk * Dk + (size_t)j * Dv + c] : 0.0f;
+        const float v = in.v, zc = in.z;
         __syncthreads(); /* qs, ks written */
         float m = 0.0f;
 #pragma unroll
