@@ -141,15 +141,17 @@ void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *
     const int *pd = qrt_cuda_graph_pos(&max_pos);
     switch (kv->fmt) {
     case QRT_KV_F32:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_F32>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_F32>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
+                   R, th);
         break;
     case QRT_KV_BF16:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_BF16>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_BF16>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
+                   R, th);
         break;
     default:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_FP8>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
+        QRT_LAUNCH(attn_prep_rows<QRT_KV_FP8>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
+                   R, th);
     }
-    QRT_CUDA_LAUNCHED();
 }
 
 /* ---- attention ------------------------------------------------------------------------------------------ */

@@ -47,7 +47,6 @@ void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *o
     case QRT_WF_F16: QRT_LAUNCH(embed_rows<QRT_WF_F16>, T, threads, 0, e, E->k, Dp, ids_dev, out); break;
     default: QRT_ASSERT(!"embedding table must be F32, BF16 or F16");
     }
-    QRT_CUDA_LAUNCHED();
 }
 
 static unsigned ew_grid(size_t n) {

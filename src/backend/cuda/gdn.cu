@@ -167,10 +167,14 @@ void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float 
     (void)chunked; /* the recurrence serves both forms for now (see the top of this file) */
     QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0 && Dv <= GDN_COLS);
     if (Dk <= 32)
-        QRT_LAUNCH(gdn_head<32>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+        QRT_LAUNCH(gdn_head<32>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk,
+                   Dv, o);
     else if (Dk <= 64)
-        QRT_LAUNCH(gdn_head<64>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+        QRT_LAUNCH(gdn_head<64>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk,
+                   Dv, o);
     else if (Dk <= 128)
-        QRT_LAUNCH(gdn_head<128>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
-    else QRT_LAUNCH(gdn_head<256>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk, Dv, o);
+        QRT_LAUNCH(gdn_head<128>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv, Dk,
+                   Dv, o);
+    else QRT_LAUNCH(gdn_head<256>, Hv, GDN_THREADS, 0, qkv, a, b, A_log, dt_bias, S_in, S, z, norm_w, eps, T, Hk, Hv,
+                    Dk, Dv, o);
 }

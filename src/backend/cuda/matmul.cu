@@ -234,7 +234,6 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
         QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, sc, scols, N, K, Kp, x, T, y);
     }
-    QRT_CUDA_LAUNCHED();
 }
 
 /* ---- NVFP4 on the tensor cores: the mma family ---------------------------------------------------------
@@ -1130,8 +1129,8 @@ static void launch_w1(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_w1<NT, TPB, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits); /* x's shared copy: ~2 KB per 512 of K */
-    QRT_LAUNCH(fp4_mma_w1<NT, TPB, SX, PAIR>, qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem, blocks, seg, xs, x, K,
-                                                                                                    S, T);
+    QRT_LAUNCH(fp4_mma_w1<NT, TPB, SX, PAIR>, qrt_grid((size_t)seg.tile_begin[seg.count], TPB), TPB * 32, smem, blocks,
+               seg, xs, x, K, S, T);
 }
 
 template <int NT, int WK, bool SX, bool PAIR>
@@ -1141,7 +1140,8 @@ static void launch_k(const uint8_t *blocks, const fp4_segments &seg, const fp4_x
     static size_t granted = 0;
     const bool fits = fp4_smem_opt_in(fp4_mma_k<NT, WK, SX, PAIR>, smem, granted);
     QRT_ASSERT(fits);
-    QRT_LAUNCH(fp4_mma_k<NT, WK, SX, PAIR>, (unsigned)seg.tile_begin[seg.count], WK * 32, smem, blocks, seg, xs, x, K, S, T);
+    QRT_LAUNCH(fp4_mma_k<NT, WK, SX, PAIR>, (unsigned)seg.tile_begin[seg.count], WK * 32, smem, blocks, seg, xs, x, K,
+               S, T);
 }
 
 /* mma_st's split-tile scratch (fp4_st_work), grown on demand like xf_buf: part floats, done counters (zeroed). */
@@ -1189,7 +1189,8 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
-        QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0, st);
+        QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
+                   st);
     return true;
 }
 
@@ -1256,7 +1257,6 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
     }
-    QRT_CUDA_LAUNCHED();
 }
 static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                int T) {

@@ -100,11 +100,11 @@ static int norm_per_thread(int n, unsigned threads) {
 
 #define NORM_LAUNCH(kernel, per, grid, threads, ...)                                                                   \
     switch (per) {                                                                                                     \
-    case 4: QRT_LAUNCH(kernel<4>, grid, threads, 0, __VA_ARGS__); break;                                                          \
-    case 8: QRT_LAUNCH(kernel<8>, grid, threads, 0, __VA_ARGS__); break;                                                          \
-    case 16: QRT_LAUNCH(kernel<16>, grid, threads, 0, __VA_ARGS__); break;                                                        \
-    case 32: QRT_LAUNCH(kernel<32>, grid, threads, 0, __VA_ARGS__); break;                                                        \
-    default: QRT_LAUNCH(kernel<0>, grid, threads, 0, __VA_ARGS__); break;                                                         \
+    case 4: QRT_LAUNCH(kernel<4>, grid, threads, 0, __VA_ARGS__); break;                                               \
+    case 8: QRT_LAUNCH(kernel<8>, grid, threads, 0, __VA_ARGS__); break;                                               \
+    case 16: QRT_LAUNCH(kernel<16>, grid, threads, 0, __VA_ARGS__); break;                                             \
+    case 32: QRT_LAUNCH(kernel<32>, grid, threads, 0, __VA_ARGS__); break;                                             \
+    default: QRT_LAUNCH(kernel<0>, grid, threads, 0, __VA_ARGS__); break;                                              \
     }
 
 void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, int n, float eps, float *x) {
@@ -113,12 +113,10 @@ void qrt_cuda_add_rmsnorm(float *h, const float *y, const float *w, int rows, in
     /* 1024 threads leave 64 registers each: at most 8 elements in registers */
     const int per = threads == 1024 && norm_per_thread(n, threads) > 8 ? 0 : norm_per_thread(n, threads);
     NORM_LAUNCH(add_rmsnorm_rows, per, rows, threads, h, y, w, n, eps, x);
-    QRT_CUDA_LAUNCHED();
 }
 
 void qrt_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *y) {
     if (rows <= 0) return;
     const unsigned threads = norm_block(n);
     NORM_LAUNCH(rmsnorm_rows, norm_per_thread(n, threads), rows, threads, x, w, n, eps, y);
-    QRT_CUDA_LAUNCHED();
 }
