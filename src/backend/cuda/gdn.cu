@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     const float A = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
     const float wc = p == 0 && col ? norm_w[c] : 0.0f;
     gdn_token_in<DKMAX / 32> in, next;
-    gdn_load_token(next, qkv, a, b, z, 0, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
+    if (T > 0) gdn_load_token(next, qkv, a, b, z, 0, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
     for (int t = 0; t < T; t++) {
         in = next;
         if (t + 1 < T) gdn_load_token(next, qkv, a, b, z, t + 1, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
