@@ -70,12 +70,12 @@ typedef struct qrt_backend {
     /* Gated DeltaNet core for T tokens from state S_in, then its output norm. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv
      * output, q and k raw (l2-normalised, q scaled, inside); a, b: [T][Hv] raw projections; A_log, dt_bias: [Hv].
      * Writes the advanced state to S [Hv][Dk][Dv] (S_in is S itself, or another state left as it was: a verify keeps
-     * its start state that way, for the rollback) and o [T][Hv][Dv] = norm_w · (r · rsqrt(mean(r²) + eps)) · silu(z) per head, r
-     * the recurrence's output. chunked selects the chunked (prefill) form. A token's arithmetic does not depend on T
+     * its start state that way, for the rollback) and o [T][Hv][Dv] = norm_w · (r · rsqrt(mean(r²) + eps)) · silu(z)
+     * per head, r the recurrence's output. chunked selects the chunked (prefill) form. A token's arithmetic does not depend on T
      * (in the recurrent form): rollback re-runs the kept tokens and gets the same state bits. */
     void (*gdn)(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
-                const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z /* [T][Hv][Dv] */,
-                const float *norm_w /* [Dv] */, float eps, float *o);
+                const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked,
+                const float *z /* [T][Hv][Dv] */, const float *norm_w /* [Dv] */, float eps, float *o);
     /* Attention's per-token preparation, one op. Per query head, the query half of q_proj's per-head
      * [query | gate] row is RMS-normed with q_norm and rotated in place (the gate half is left as it is); each key
      * row is RMS-normed with k_norm and rotated, and stored with its value row into the cache at positions

@@ -139,19 +139,10 @@ void qrt_cuda_attn_prep(float *qg, const float *k, const float *v, const float *
     const float th = (float)theta;
     int max_pos;
     const int *pd = qrt_cuda_graph_pos(&max_pos);
-    switch (kv->fmt) {
-    case QRT_KV_F32:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_F32>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
-                   R, th);
-        break;
-    case QRT_KV_BF16:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_BF16>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
-                   R, th);
-        break;
-    default:
-        QRT_LAUNCH(attn_prep_rows<QRT_KV_FP8>, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh,
-                   R, th);
-    }
+    decltype(&attn_prep_rows<QRT_KV_F32>) prep = kv->fmt == QRT_KV_F32    ? attn_prep_rows<QRT_KV_F32>
+                                                 : kv->fmt == QRT_KV_BF16 ? attn_prep_rows<QRT_KV_BF16>
+                                                                          : attn_prep_rows<QRT_KV_FP8>;
+    QRT_LAUNCH(prep, grid, 128, 0, qg, k, v, q_norm, k_norm, eps, *kv, pd, pos0, Hq, Hkv, Dh, R, th);
 }
 
 /* ---- attention ------------------------------------------------------------------------------------------ */

@@ -1253,7 +1253,7 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         else ran = false; /* mma_w1 below */
         break;
     }
-    if (!ran) { /* mma_st could not fit one block: mma_w1, same bits */
+    if (!ran) { /* mma_st could not fit one block, or mma_gemm below 16 tokens: mma_w1, same bits */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
     }
