@@ -513,49 +513,49 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
     return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w;
 }
 
-/* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
- * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
- * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart), XSH, in a
- * shared-memory copy of that layout (mma_gemm), or, SX, in the block's one-token copy (8 apart); xsc: 2^e of its
- * token. The four chains are independent and interleaved k-step
- * by k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's
- * latency. */
-template <int NT, bool SX, bool XSH = false>
-__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
-                                              const float (&xsc)[NT], float (&p)[NT][2]) {
-    uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
+/* Chunk steps Q0 .. Q0 + QN - 1 of one slice of one lane: d[qq][nt] = the mma chain of chunk step Q0 + qq against
+ * token tile nt (its D fragment), from the codes ca, cb of those steps (rows g, g+8) and the slice's scales sa, sb.
+ * xf_s: this lane's B half-entry (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries
+ * 64 uint2 apart), XSH, in a shared-memory copy of that layout (mma_gemm), or, SX, in the block's one-token copy (8
+ * apart). The QN chains are independent and interleaved k-step by k-step, so the tensor pipe always has QN·NT chains
+ * to alternate between instead of waiting out one chain's latency. */
+template <int NT, bool SX, bool XSH, int Q0, int QN>
+__device__ __forceinline__ void fp4_steps_mma(const uint4 (&ca)[QN], const uint4 (&cb)[QN], uint2 sa, uint2 sb,
+                                              const uint2 *const (&xf_s)[NT], float (&d)[QN][NT][4]) {
+    uint32_t sha[QN], shb[QN]; /* e4m3 scale pair of chunk step q (blocks 0, 1) as f16x2, rows g and g+8 */
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
-        sha[q] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
-        shb[q] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+    for (int qq = 0; qq < QN; qq++) {
+        const int q = Q0 + qq;
+        const uint32_t pa = q < 2 ? sa.x : sa.y, pb = q < 2 ? sb.x : sb.y;
+        sha[qq] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+        shb[qq] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
     }
-    float d[4][NT][4];
 #pragma unroll
-    for (int q = 0; q < 4; q++)
+    for (int qq = 0; qq < QN; qq++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) d[q][nt][e] = 0.0f;
+            for (int e = 0; e < 4; e++) d[qq][nt][e] = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < 4; wi++) {
-        uint32_t oa[4][4], ob[4][4]; /* [q][pair]: rows g, g+8 */
+        uint32_t oa[QN][4], ob[QN][4]; /* [qq][pair]: rows g, g+8 */
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            fp4_decode_word(u4_word(cur.ca[q], wi), oa[q]);
-            fp4_decode_word(u4_word(cur.cb[q], wi), ob[q]);
+        for (int qq = 0; qq < QN; qq++) {
+            fp4_decode_word(u4_word(ca[qq], wi), oa[qq]);
+            fp4_decode_word(u4_word(cb[qq], wi), ob[qq]);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int i = 2 * wi + h;
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+            for (int qq = 0; qq < QN; qq++) {
+                const int q = Q0 + qq;
                 /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
-                const uint32_t sca = __byte_perm(sha[q], 0, wi < 2 ? 0x1010 : 0x3232);
-                const uint32_t scb = __byte_perm(shb[q], 0, wi < 2 ? 0x1010 : 0x3232);
+                const uint32_t sca = __byte_perm(sha[qq], 0, wi < 2 ? 0x1010 : 0x3232);
+                const uint32_t scb = __byte_perm(shb[qq], 0, wi < 2 ? 0x1010 : 0x3232);
                 /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                const uint32_t a0 = hmul2_u(oa[q][2 * h], sca), a1 = hmul2_u(ob[q][2 * h], scb);
-                const uint32_t a2 = hmul2_u(oa[q][2 * h + 1], sca), a3 = hmul2_u(ob[q][2 * h + 1], scb);
+                const uint32_t a0 = hmul2_u(oa[qq][2 * h], sca), a1 = hmul2_u(ob[qq][2 * h], scb);
+                const uint32_t a2 = hmul2_u(oa[qq][2 * h + 1], sca), a3 = hmul2_u(ob[qq][2 * h + 1], scb);
                 uint2 bnext = make_uint2(0, 0);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
@@ -568,20 +568,31 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                         b = make_uint2(b2.x, b2.y);
                         bnext = make_uint2(b2.z, b2.w);
                     } else b = bnext;
-                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
+                    mma_16816(d[qq][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
                 }
             }
         }
     }
+}
+/* e_q + e_q' of chunk steps q, q' (d0, d1: their chains) for rows g (r 0) and g + 8 (r 1), e_q = hi_q + lo_q: the two D
+ * columns of the lane's token. */
+template <int NT>
+__device__ __forceinline__ float fp4_steps_pair(const float (&d0)[NT][4], const float (&d1)[NT][4], int nt, int r) {
+    return (d0[nt][2 * r] + d0[nt][2 * r + 1]) + (d1[nt][2 * r] + d1[nt][2 * r + 1]);
+}
+
+/* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
+ * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain; xsc: 2^e of its token. */
+template <int NT, bool SX, bool XSH = false>
+__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT], float (&p)[NT][2]) {
+    float d[4][NT][4];
+    fp4_steps_mma<NT, SX, XSH, 0, 4>(cur.ca, cur.cb, cur.sa, cur.sb, xf_s, d);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int e = 2 * r; /* D columns 2c (hi) and 2c + 1 (lo) of row g + 8r */
-            p[nt][r] = (((d[0][nt][e] + d[0][nt][e + 1]) + (d[1][nt][e] + d[1][nt][e + 1])) +
-                        ((d[2][nt][e] + d[2][nt][e + 1]) + (d[3][nt][e] + d[3][nt][e + 1]))) *
-                       xsc[nt];
-        }
+        for (int r = 0; r < 2; r++)
+            p[nt][r] = (fp4_steps_pair<NT>(d[0], d[1], nt, r) + fp4_steps_pair<NT>(d[2], d[3], nt, r)) * xsc[nt];
 }
 
 /* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
