@@ -361,37 +361,36 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
     if (lane == 0) xscale[(size_t)t * S + s] = down;
 }
 
-/* The same for one token inside a GEMV block, into shared memory (no separate launch): slices s_first ..
- * s_first + count - 1 of x, slice s_first + j at j of the compact layout xs [count][32 (q·8 + i)][4 c] uint4 (one
- * token: every lane of a quad column reads the same entry) and xsc [count]. Warp w takes slices w, w + W, ... (W
- * warps), FP4_PREP_BATCH of them per round with all their loads in flight at once (down_proj: 34 slices over 12
- * warps, one L2 round trip instead of three). after_loads() runs once per warp, after the first round's loads are
- * issued and before they are waited on: a kernel starts its weight copies there, behind x's loads rather than ahead
- * of them. Every thread of the block must call it (it ends with a barrier). */
+/* The same for one token inside a GEMV block, into shared memory (no separate launch): the compact layout
+ * xs [S][32 (q·8 + i)][4 c] uint4 (one token: every lane of a quad column reads the same entry) and xsc [S]. Warp w
+ * takes slices w, w + W, ... (W warps), FP4_PREP_BATCH of them per round with all their loads in flight at once
+ * (down_proj: 34 slices over 12 warps, one L2 round trip instead of three). after_loads() runs once per warp, after
+ * the first round's loads are issued and before they are waited on: a kernel starts its weight copies there, behind
+ * x's loads rather than ahead of them. Every thread of the block must call it (it ends with a barrier). */
 #define FP4_PREP_BATCH 3
 template <typename F>
-__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t s_first, int64_t count,
-                                               uint4 *xs, float *xsc, F after_loads) {
+__device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc,
+                                               F after_loads) {
     const int lane = threadIdx.x & 31, c = lane & 3, i = lane >> 2;
     const int64_t W = blockDim.x >> 5;
     bool first = true;
-    for (int64_t j0 = threadIdx.x >> 5; first || j0 < count; j0 += FP4_PREP_BATCH * W) {
+    for (int64_t s0 = threadIdx.x >> 5; first || s0 < S; s0 += FP4_PREP_BATCH * W) {
         float v[FP4_PREP_BATCH][4][4];
 #pragma unroll
         for (int b = 0; b < FP4_PREP_BATCH; b++)
-            if (j0 + b * W < count) fp4_prep_load(x, K, s_first + j0 + b * W, lane, v[b]);
+            if (s0 + b * W < S) fp4_prep_load(x, K, s0 + b * W, lane, v[b]);
         if (first) after_loads();
         first = false;
 #pragma unroll
         for (int b = 0; b < FP4_PREP_BATCH; b++) {
-            const int64_t j = j0 + b * W;
-            if (j >= count) break;
+            const int64_t s = s0 + b * W;
+            if (s >= S) break;
             uint4 u[4];
             float down;
             fp4_prep_convert(v[b], u, down);
 #pragma unroll
-            for (int q = 0; q < 4; q++) xs[(j * 32 + q * 8 + i) * 4 + c] = u[q];
-            if (lane == 0) xsc[j] = down;
+            for (int q = 0; q < 4; q++) xs[(s * 32 + q * 8 + i) * 4 + c] = u[q];
+            if (lane == 0) xsc[s] = down;
         }
     }
     __syncthreads();
@@ -513,49 +512,49 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
     return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w;
 }
 
-/* Chunk steps Q0 .. Q0 + QN - 1 of one slice of one lane: d[qq][nt] = the mma chain of chunk step Q0 + qq against
- * token tile nt (its D fragment), from the codes ca, cb of those steps (rows g, g+8) and the slice's scales sa, sb.
- * xf_s: this lane's B half-entry (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries
- * 64 uint2 apart), XSH, in a shared-memory copy of that layout (mma_gemm), or, SX, in the block's one-token copy (8
- * apart). The QN chains are independent and interleaved k-step by k-step, so the tensor pipe always has QN·NT chains
- * to alternate between instead of waiting out one chain's latency. */
-template <int NT, bool SX, bool XSH, int Q0, int QN>
-__device__ __forceinline__ void fp4_steps_mma(const uint4 (&ca)[QN], const uint4 (&cb)[QN], uint2 sa, uint2 sb,
-                                              const uint2 *const (&xf_s)[NT], float (&d)[QN][NT][4]) {
-    uint32_t sha[QN], shb[QN]; /* e4m3 scale pair of chunk step q (blocks 0, 1) as f16x2, rows g and g+8 */
+/* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
+ * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
+ * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart), XSH, in a
+ * shared-memory copy of that layout (mma_gemm), or, SX, in the block's one-token copy (8 apart); xsc: 2^e of its
+ * token. The four chains are independent and interleaved k-step
+ * by k-step, so the tensor pipe always has 4·NT chains to alternate between instead of waiting out one chain's
+ * latency. */
+template <int NT, bool SX, bool XSH = false>
+__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
+                                              const float (&xsc)[NT], float (&p)[NT][2]) {
+    uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
 #pragma unroll
-    for (int qq = 0; qq < QN; qq++) {
-        const int q = Q0 + qq;
-        const uint32_t pa = q < 2 ? sa.x : sa.y, pb = q < 2 ? sb.x : sb.y;
-        sha[qq] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
-        shb[qq] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+    for (int q = 0; q < 4; q++) {
+        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
+        sha[q] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+        shb[q] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
     }
+    float d[4][NT][4];
 #pragma unroll
-    for (int qq = 0; qq < QN; qq++)
+    for (int q = 0; q < 4; q++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) d[qq][nt][e] = 0.0f;
+            for (int e = 0; e < 4; e++) d[q][nt][e] = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < 4; wi++) {
-        uint32_t oa[QN][4], ob[QN][4]; /* [qq][pair]: rows g, g+8 */
+        uint32_t oa[4][4], ob[4][4]; /* [q][pair]: rows g, g+8 */
 #pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            fp4_decode_word(u4_word(ca[qq], wi), oa[qq]);
-            fp4_decode_word(u4_word(cb[qq], wi), ob[qq]);
+        for (int q = 0; q < 4; q++) {
+            fp4_decode_word(u4_word(cur.ca[q], wi), oa[q]);
+            fp4_decode_word(u4_word(cur.cb[q], wi), ob[q]);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int i = 2 * wi + h;
 #pragma unroll
-            for (int qq = 0; qq < QN; qq++) {
-                const int q = Q0 + qq;
+            for (int q = 0; q < 4; q++) {
                 /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
-                const uint32_t sca = __byte_perm(sha[qq], 0, wi < 2 ? 0x1010 : 0x3232);
-                const uint32_t scb = __byte_perm(shb[qq], 0, wi < 2 ? 0x1010 : 0x3232);
+                const uint32_t sca = __byte_perm(sha[q], 0, wi < 2 ? 0x1010 : 0x3232);
+                const uint32_t scb = __byte_perm(shb[q], 0, wi < 2 ? 0x1010 : 0x3232);
                 /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                const uint32_t a0 = hmul2_u(oa[qq][2 * h], sca), a1 = hmul2_u(ob[qq][2 * h], scb);
-                const uint32_t a2 = hmul2_u(oa[qq][2 * h + 1], sca), a3 = hmul2_u(ob[qq][2 * h + 1], scb);
+                const uint32_t a0 = hmul2_u(oa[q][2 * h], sca), a1 = hmul2_u(ob[q][2 * h], scb);
+                const uint32_t a2 = hmul2_u(oa[q][2 * h + 1], sca), a3 = hmul2_u(ob[q][2 * h + 1], scb);
                 uint2 bnext = make_uint2(0, 0);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
@@ -568,31 +567,20 @@ __device__ __forceinline__ void fp4_steps_mma(const uint4 (&ca)[QN], const uint4
                         b = make_uint2(b2.x, b2.y);
                         bnext = make_uint2(b2.z, b2.w);
                     } else b = bnext;
-                    mma_16816(d[qq][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
+                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
                 }
             }
         }
     }
-}
-/* e_q + e_q' of chunk steps q, q' (d0, d1: their chains) for rows g (r 0) and g + 8 (r 1), e_q = hi_q + lo_q: the two D
- * columns of the lane's token. */
-template <int NT>
-__device__ __forceinline__ float fp4_steps_pair(const float (&d0)[NT][4], const float (&d1)[NT][4], int nt, int r) {
-    return (d0[nt][2 * r] + d0[nt][2 * r + 1]) + (d1[nt][2 * r] + d1[nt][2 * r + 1]);
-}
-
-/* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
- * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain; xsc: 2^e of its token. */
-template <int NT, bool SX, bool XSH = false>
-__device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
-                                              const float (&xsc)[NT], float (&p)[NT][2]) {
-    float d[4][NT][4];
-    fp4_steps_mma<NT, SX, XSH, 0, 4>(cur.ca, cur.cb, cur.sa, cur.sb, xf_s, d);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-            p[nt][r] = (fp4_steps_pair<NT>(d[0], d[1], nt, r) + fp4_steps_pair<NT>(d[2], d[3], nt, r)) * xsc[nt];
+        for (int r = 0; r < 2; r++) {
+            const int e = 2 * r; /* D columns 2c (hi) and 2c + 1 (lo) of row g + 8r */
+            p[nt][r] = (((d[0][nt][e] + d[0][nt][e + 1]) + (d[1][nt][e] + d[1][nt][e + 1])) +
+                        ((d[2][nt][e] + d[2][nt][e + 1]) + (d[3][nt][e] + d[3][nt][e + 1]))) *
+                       xsc[nt];
+        }
 }
 
 /* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
@@ -654,7 +642,7 @@ __device__ __forceinline__ void fp4_x_lanes(const fp4_xsrc &xs, int64_t S, int T
         xf_lane[nt] = reinterpret_cast<const uint2 *>(entry) + (SX ? g & 1 : tile0 / 4 % 2);
     }
 }
-/* The half-entries of slice s (SX: slice s of the block's copy), and the 2^e of this lane's D token (0 past T). */
+/* The half-entries of slice s, and the 2^e of this lane's D token (0 past T). */
 template <int NT, bool SX>
 __device__ __forceinline__ void fp4_x_slice(const uint2 *const (&xf_lane)[NT], const fp4_xsrc &xs, int64_t S, int T,
                                             int t0, int64_t s, int lane, const uint2 *(&xf_s)[NT], float (&xsc)[NT]) {
@@ -733,7 +721,7 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
     const bool has_tile = tile < seg.tile_begin[seg.count];
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     if (SX) {
-        fp4_prep_block(x, K, 0, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128), [&] {
+        fp4_prep_block(x, K, S, fp4_xs, reinterpret_cast<float *>(fp4_xs + S * 128), [&] {
             for (int64_t s = 0; has_tile && s < S && s < 2; s++) fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
         });
         xs = fp4_xsrc{fp4_xs, reinterpret_cast<const float *>(fp4_xs + S * 128)};
@@ -770,7 +758,7 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
     const uint8_t *tile_blocks = blocks + (size_t)tile * S * FP4_BLOCK_BYTES;
     if (SX) {
         uint4 *xsh = reinterpret_cast<uint4 *>(fp4_part + S * NT * 64);
-        fp4_prep_block(x, K, 0, S, xsh, reinterpret_cast<float *>(xsh + S * 128), [&] {
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), [&] {
             for (int64_t s = warp; s < S && s < warp + 2 * WK; s += WK)
                 fp4_prefetch_slice(tile_blocks + s * FP4_BLOCK_BYTES, lane);
         });
@@ -818,7 +806,6 @@ __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [t
 struct fp4_st_work {
     int64_t units;  /* tiles · S */
     int64_t warps;  /* in the grid */
-    int tiles, G;   /* G: slices per range of the run order (fp4_st_cursor); S: ungrouped */
     float *part;    /* [units][tp][16 rows], tp = the pass's tokens: p of the units of split tiles */
     unsigned *done; /* [tiles]: slices of a split tile finished; the finishing warp resets it to 0 */
 };
@@ -941,69 +928,31 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     }
 }
 
-/* mma_st's run order. Ungrouped (G = S) it is the storage order, tile after tile. Grouped (one token on a long K:
- * down_proj), the slices are cut into ranges of G (the last one shorter) and the units run range after range, tile
- * after tile within a range, so a block's run needs x's fragments of one or two ranges instead of all S slices (each
- * block preparing all 34 of down_proj's was 26% of its warp samples, ncu). The launcher makes every range at least as
- * long as any warp's run, so a run touches at most two (tile, range) segments, as it touches at most two split tiles
- * ungrouped. A segment's units are added by the tile's finishing warp in slice order, so grouping changes no bit. */
-struct fp4_st_cursor {
-    int tile, s;        /* the unit */
-    int s_begin, s_end; /* its range of slices */
-    int seg;            /* run index of its segment's first unit, (tile, s_begin) */
-};
-__device__ __forceinline__ fp4_st_cursor fp4_st_at(int u, int tiles, int S, int G) {
-    const int ranges = (S + G - 1) / G;
-    const int r = min(u / (tiles * G), ranges - 1), s_begin = r * G, len = min(G, S - s_begin);
-    const int v = u - r * tiles * G, tile = v / len, j = v - tile * len;
-    return fp4_st_cursor{tile, s_begin + j, s_begin, s_begin + len, u - j};
-}
-/* To the unit after c, whose run index is u_next. */
-__device__ __forceinline__ void fp4_st_step(fp4_st_cursor &c, int u_next, int tiles, int S, int G) {
-    if (++c.s < c.s_end) return;
-    if (++c.tile == tiles) c.tile = 0, c.s_begin = c.s_end, c.s_end = min(c.s_end + G, S);
-    c.s = c.s_begin, c.seg = u_next;
-}
-
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
                                                        int t0, const fp4_st_work st) {
     pdl_start();
-    extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [n][32][4] uint4, [n] f32 */
+    extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* unit bookkeeping in 32 bits (the launcher checks units < 2^31): in 64 bits it was ~14% of the loop's
      * instructions (ncu, down_proj) */
     const int64_t gw = (int64_t)blockIdx.x * WPB + warp;
     const int u0 = (int)(gw * st.units / st.warps), u1 = (int)((gw + 1) * st.units / st.warps), Si = (int)S;
-    const uint4 *blocks_lane = reinterpret_cast<const uint4 *>(blocks) + lane;
+    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + (int64_t)u0 * FP4_BLOCK_U4 + lane; /* unit u0 */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
-    fp4_st_cursor at = fp4_st_at(u0, st.tiles, Si, st.G); /* of unit u, stepped along (no division per unit) */
-    /* the unit `ahead` units after `at` into `slot` (a copy of the cursor stepped: fewer registers than a second one) */
-    auto copy_ahead = [&](uint4 *slot, int ahead) {
-        fp4_st_cursor c = at;
-        for (int j = 0; j < ahead; j++) fp4_st_step(c, 0 /* seg: unused */, st.tiles, Si, st.G);
-        fp4_copy_slice(slot + lane, blocks_lane + (int64_t)(c.tile * Si + c.s) * FP4_BLOCK_U4);
-    };
     auto start_copies = [&] {
 #pragma unroll
-        for (int j = 0; j < D; j++) { /* one commit group per slot, empty past the run */
-            if (u0 + j < u1) copy_ahead(ring + j * FP4_BLOCK_U4, j);
+        for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) { /* one commit group per slot, empty past the run */
+            if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
             cp_async_commit();
         }
     };
-    int sx0 = 0; /* SX: the first slice of the block's x copy */
     if (SX) { /* the copies behind x's loads: queued ahead of them, x waited out ~20 MB of copies (~4 µs, measured) */
-        const int b0 = (int)((int64_t)blockIdx.x * WPB * st.units / st.warps);
-        const int b1 = (int)(((int64_t)blockIdx.x + 1) * WPB * st.units / st.warps); /* the block's run [b0, b1) */
-        const fp4_st_cursor first = fp4_st_at(b0, st.tiles, Si, st.G);
-        const fp4_st_cursor last = fp4_st_at(max(b1 - 1, b0), st.tiles, Si, st.G);
-        const int n = last.s_end - first.s_begin; /* ≤ the launcher's fp4_st_sx_slices */
         uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
-        sx0 = first.s_begin;
-        fp4_prep_block(x, K, sx0, n, xsh, reinterpret_cast<float *>(xsh + n * 128), start_copies);
-        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + n * 128)};
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
     } else {
         start_copies();
     }
@@ -1011,9 +960,10 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
-    bool whole = at.s_end - at.s_begin == Si && at.seg >= u0 && at.seg + Si <= u1; /* the tile is all this warp's */
-    int k = 0;                                                                     /* u's ring slot */
-    int64_t split_tile[2] = {0, 0};                                                /* fp4_part_finish's */
+    int tile = u0 / Si, s = u0 - tile * Si;                   /* of unit u, stepped along (no division per unit) */
+    bool whole = tile * Si >= u0 && tile * Si + Si <= u1; /* the tile is all this warp's */
+    int k = 0;                                                /* u's ring slot */
+    int64_t split_tile[2] = {0, 0};                           /* fp4_part_finish's */
     unsigned split_mine[2] = {0, 0};
     for (int u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
@@ -1022,26 +972,26 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
         fp4_load_slice<false>(cur, slot, lane);
         const uint2 *xf_s[NT];
         float xsc[NT], p[NT][2];
-        fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, at.s - sx0, lane, xf_s, xsc);
+        fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
         fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
         /* the slot's registers are consumed: refill it with the unit D ahead */
-        if (u + D < u1) copy_ahead(slot, D);
+        if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
+        next += FP4_BLOCK_U4;
         cp_async_commit();
         if (whole) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int r = 0; r < 2; r++) acc[nt][r] = at.s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
-            if (at.s == Si - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, at.tile), T, t0, lane, acc);
+                for (int r = 0; r < 2; r++) acc[nt][r] = s == 0 ? p[nt][r] : acc[nt][r] + p[nt][r];
+            if (s == Si - 1) fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
         } else {
-            fp4_part_store<NT>(st.part, (int64_t)at.tile * Si + at.s, tp, lane, p);
-            const int end = at.seg + (at.s_end - at.s_begin);
-            const unsigned mine = (unsigned)(min(u1, end) - max(u0, at.seg));
-            if (u == u1 - 1) split_tile[1] = at.tile, split_mine[1] = mine; /* both counted in at the end of the run */
-            else if (u == end - 1) split_tile[0] = at.tile, split_mine[0] = mine;
+            fp4_part_store<NT>(st.part, u, tp, lane, p);
+            const int first = tile * Si, end = first + Si;
+            const unsigned mine = (unsigned)(min(u1, end) - max(u0, first));
+            if (u == u1 - 1) split_tile[1] = tile, split_mine[1] = mine; /* both counted in at the end of the run */
+            else if (s == Si - 1) split_tile[0] = tile, split_mine[0] = mine;
         }
-        fp4_st_step(at, u + 1, st.tiles, Si, st.G);
-        if (at.seg == u + 1) whole = at.s_end - at.s_begin == Si && at.seg + Si <= u1;
+        if (++s == Si) s = 0, tile++, whole = tile * Si >= u0 && tile * Si + Si <= u1;
     }
     if (split_mine[0] || split_mine[1]) fp4_part_finish<NT, PAIR>(st, seg, split_tile, split_mine, S, T, t0, lane);
     cp_async_wait<0>();
@@ -1218,19 +1168,8 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
     }
 }
 
-/* mma_st's slices per range of its run order (fp4_st_cursor) on one token: the most ranges that keep every range
- * (the last is the shortest) at least as long as the longest warp run; S (ungrouped) when not even two do. */
-static int64_t fp4_st_range(int64_t S, int64_t run) {
-    for (int64_t ranges = S / run; ranges > 1; ranges--) {
-        const int64_t G = (S + ranges - 1) / ranges;
-        if (S - (ranges - 1) * G >= run) return G;
-    }
-    return S;
-}
-
-/* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size, with the
- * x copy of all S slices: a grouped launch needs less), never more warps than units; one launch per pass of 4·NT
- * tokens. Returns false when not even one block fits (a K so long
+/* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
+ * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1248,15 +1187,10 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     const int64_t grid = QRT_MIN((int64_t)occ * sm_count(), (units + WPB - 1) / WPB);
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
-    const int64_t run = (units + grid * WPB - 1) / (grid * WPB); /* the longest warp run */
-    const int64_t G = SX ? fp4_st_range(S, run) : S, shortest = S - (S - 1) / G * G;
-    /* a block's run (≤ WPB · run units) overlaps two ranges at most when no range is shorter */
-    const int64_t sx_slices = G == S ? S : WPB * run <= tiles * shortest ? QRT_MIN(S, 2 * G) : S;
-    const size_t launch_smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(sx_slices) : 0);
-    const fp4_st_work st = {units, grid * WPB, (int)tiles, (int)G, st_part, st_done};
+    const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
-        QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, launch_smem, blocks, seg, xs, x, K, S,
-                   T, t0, st);
+        QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
+                   st);
     return true;
 }
 
