@@ -16,6 +16,9 @@
  *                           the warp that completes them. Wins on long N (lm_head, gate+up) and down_proj at T = 1
  *   nvfp4 5  mma_gemm       T >= 16 (prefill): 8 tile warps per block share each slice's x fragments of 16 tokens
  *                           in shared memory (below 16 tokens it runs mma_w1)
+ *   nvfp4 6  mma_il12x2     "interleaved": each block owns an equal run of whole tiles, its 12 warps take the
+ *                           block's units slice after slice through mma_st's rings, sums after a block barrier (no
+ *                           atomics). Wins at T = 1 on the short shapes (attention q|k|v, GDN / attention out)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -896,13 +899,18 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v
 
 /* The warp that completed split tile `tile`: all S slices' p summed in order (mma_w1's order), the rows stored. */
 template <int NT, bool PAIR>
-__device__ __forceinline__ void fp4_part_complete(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
-                                                  int64_t S, int T, int t0, int lane) {
+__device__ __forceinline__ void fp4_part_total(const float *part, const fp4_segments &seg, int64_t tile, int64_t S,
+                                               int T, int t0, int lane) {
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
-    if (tp == 1) fp4_part_sum_t1(st.part, tile, S, lane, acc[0]);
-    else fp4_part_sum<NT>(st.part, tile, S, tp, lane, acc);
+    if (tp == 1) fp4_part_sum_t1(part, tile, S, lane, acc[0]);
+    else fp4_part_sum<NT>(part, tile, S, tp, lane, acc);
     fp4_store<NT, PAIR>(fp4_tile_target(seg, tile), T, t0, lane, acc);
+}
+template <int NT, bool PAIR>
+__device__ __forceinline__ void fp4_part_complete(const fp4_st_work &st, const fp4_segments &seg, int64_t tile,
+                                                  int64_t S, int T, int t0, int lane) {
+    fp4_part_total<NT, PAIR>(st.part, seg, tile, S, T, t0, lane);
     if (lane == 0) st.done[tile] = 0;
 }
 /* At the end of a warp's run: count in its slices of its split tiles, `mine[i]` slices of tile[i] (i = 0: the tile
@@ -928,6 +936,36 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     }
 }
 
+/* The unit in ring slot `slot` (slice s), once its copy group, the oldest in flight, has landed: this lane's p. */
+template <int NT, int D, bool SX>
+__device__ __forceinline__ void fp4_slot_p(const uint4 *slot, int lane, const uint2 *const (&xf_lane)[NT],
+                                           const fp4_xsrc &xs, int64_t S, int T, int t0, int64_t s, float (&p)[NT][2]) {
+    cp_async_wait<D - 1>();
+    fp4_slice_regs cur;
+    fp4_load_slice<false>(cur, slot, lane);
+    const uint2 *xf_s[NT];
+    float xsc[NT];
+    fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
+    fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
+}
+
+/* The start of mma_st and mma_il: the rings' first copies (start_copies), on one token (SX) behind the loads of the
+ * block's x copy (queued ahead of them, x waited out ~20 MB of copies, ~4 µs, measured), which then becomes xs; and
+ * this lane's B half-entries. */
+template <int NT, int WPB, int D, bool SX, typename F>
+__device__ __forceinline__ void fp4_ring_start(uint4 *smem /* rings, then SX's x copy */, const float *x, int64_t K,
+                                               int64_t S, int T, int t0, int lane, fp4_xsrc &xs,
+                                               const uint2 *(&xf_lane)[NT], F start_copies) {
+    if (SX) {
+        uint4 *xsh = smem + (size_t)WPB * D * FP4_BLOCK_U4;
+        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
+        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
+    } else {
+        start_copies();
+    }
+    fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
+}
+
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, fp4_xsrc xs,
@@ -949,15 +987,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
             cp_async_commit();
         }
     };
-    if (SX) { /* the copies behind x's loads: queued ahead of them, x waited out ~20 MB of copies (~4 µs, measured) */
-        uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
-        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
-        xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
-    } else {
-        start_copies();
-    }
     const uint2 *xf_lane[NT];
-    fp4_x_lanes<NT, SX>(xs, S, T, t0, lane, xf_lane);
+    fp4_ring_start<NT, WPB, D, SX>(fp4_st_smem, x, K, S, T, t0, lane, xs, xf_lane, start_copies);
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
     float acc[NT][2];
     int tile = u0 / Si, s = u0 - tile * Si;                   /* of unit u, stepped along (no division per unit) */
@@ -967,13 +998,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     unsigned split_mine[2] = {0, 0};
     for (int u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
-        cp_async_wait<D - 1>(); /* this slot's group (the oldest) has landed */
-        fp4_slice_regs cur;
-        fp4_load_slice<false>(cur, slot, lane);
-        const uint2 *xf_s[NT];
-        float xsc[NT], p[NT][2];
-        fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
-        fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
+        float p[NT][2];
+        fp4_slot_p<NT, D, SX>(slot, lane, xf_lane, xs, S, T, t0, s, p);
         /* the slot's registers are consumed: refill it with the unit D ahead */
         if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
         next += FP4_BLOCK_U4;
@@ -995,6 +1021,56 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     }
     if (split_mine[0] || split_mine[1]) fp4_part_finish<NT, PAIR>(st, seg, split_tile, split_mine, S, T, t0, lane);
     cp_async_wait<0>();
+}
+
+/* Variant mma_il<WPB, D> ("interleaved"): each block owns an equal run of whole tiles, and its warps take the block's
+ * (slice, tile) units in turn, slice after slice (warp w: units w, w + WPB, ...), streamed through mma_st's rings. So
+ * at any moment a block's warps work on one or two slices, and at T > 1 those slices' x fragments (16 KB per slice
+ * for 8 tokens, read from global memory) are reused from L1 by all of them; mma_st's warps each stream their own
+ * run and touch every slice at once. Every unit's p goes to the split-tile scratch; after a block barrier each warp
+ * sums its share of the block's tiles in slice order (mma_w1's bits), with no atomics. */
+template <int NT, int WPB, int D, bool SX, bool PAIR>
+__global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
+                                                       const fp4_segments seg, fp4_xsrc xs,
+                                                       const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
+                                                       int t0, float *part /* [tiles · S][tp][16] */) {
+    pdl_start();
+    extern __shared__ uint4 fp4_st_smem[]; /* [WPB][D][FP4_BLOCK_U4] rings, then SX: [S][32][4] uint4, [S] f32 */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S;
+    const int tiles = (int)seg.tile_begin[seg.count];
+    const int tb0 = (int)((int64_t)blockIdx.x * tiles / gridDim.x);
+    const int nt = (int)((int64_t)(blockIdx.x + 1) * tiles / gridDim.x) - tb0, units = nt * Si;
+    const uint4 *blocks_lane = reinterpret_cast<const uint4 *>(blocks) + lane;
+    uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
+    /* the block's unit j is (slice j / nt, tile tb0 + j % nt); the warp's fill and compute positions step by WPB */
+    int fill_s = warp / nt, fill_t = warp - fill_s * nt;
+    auto copy_next = [&](uint4 *slot) {
+        fp4_copy_slice(slot + lane, blocks_lane + ((int64_t)(tb0 + fill_t) * Si + fill_s) * FP4_BLOCK_U4);
+        for (fill_t += WPB; fill_t >= nt; fill_t -= nt) fill_s++;
+    };
+    auto start_copies = [&] {
+#pragma unroll
+        for (int j = 0; j < D; j++) { /* one commit group per slot, empty past the block's units */
+            if (warp + j * WPB < units) copy_next(ring + j * FP4_BLOCK_U4);
+            cp_async_commit();
+        }
+    };
+    const uint2 *xf_lane[NT];
+    fp4_ring_start<NT, WPB, D, SX>(fp4_st_smem, x, K, S, T, t0, lane, xs, xf_lane, start_copies);
+    const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
+    int s = warp / nt, t = warp - s * nt, k = 0;
+    for (int j = warp; j < units; j += WPB, k = k == D - 1 ? 0 : k + 1) {
+        uint4 *slot = ring + k * FP4_BLOCK_U4;
+        float p[NT][2];
+        fp4_slot_p<NT, D, SX>(slot, lane, xf_lane, xs, S, T, t0, s, p);
+        if (j + D * WPB < units) copy_next(slot); /* the slot's registers are consumed: refill it */
+        cp_async_commit();
+        fp4_part_store<NT>(part, (int64_t)(tb0 + t) * Si + s, tp, lane, p);
+        for (t += WPB; t >= nt; t -= nt) s++;
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* every warp's p stored: the block's global writes are visible to all its threads */
+    for (int tile = tb0 + warp; tile < tb0 + nt; tile += WPB) fp4_part_total<NT, PAIR>(part, seg, tile, S, T, t0, lane);
 }
 
 /* Variant mma_gemm (T ≥ 16; below it mma_w1 runs): a block of GEMM_WARPS tile warps and GEMM_TOKENS tokens, the
@@ -1168,29 +1244,59 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
     }
 }
 
+/* The shared memory of mma_st's and mma_il's blocks: WPB rings of D slice blocks, then SX's x copy. */
+static size_t fp4_ring_smem(int WPB, int D, bool SX, int64_t S) {
+    return (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
+}
+/* Blocks of `kernel` (threads each, smem of dynamic shared memory) that fit on one SM at once, 0 when not one; the
+ * calculator's answer kept per kernel (in the caller's static) for the last smem it was asked about. */
+typedef struct {
+    size_t granted, smem;
+    int blocks;
+} fp4_occupancy;
+template <typename F> static int fp4_ring_occupancy(F kernel, int threads, size_t smem, fp4_occupancy &o) {
+    if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
+    if (smem != o.smem) {
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks, kernel, threads, smem));
+        o.smem = smem;
+    }
+    return o.blocks;
+}
+
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
  * more warps than units; one launch per pass of 4·NT tokens. Returns false when not even one block fits (a K so long
  * that the ring and the x copy exceed shared memory): the caller runs mma_w1, which gives the same bits. */
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
-    const size_t smem = (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
-    static size_t granted = 0, occ_smem = 0;
-    static int occ = 0;
-    if (!fp4_smem_opt_in(fp4_mma_st<NT, WPB, D, SX, PAIR>, smem, granted)) return false;
-    if (smem != occ_smem) {
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem));
-        occ_smem = smem;
-    }
-    if (occ < 1) return false;
+    const size_t smem = fp4_ring_smem(WPB, D, SX, S);
+    static fp4_occupancy occ;
+    if (fp4_ring_occupancy(fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ) < 1) return false;
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
-    const int64_t grid = QRT_MIN((int64_t)occ * sm_count(), (units + WPB - 1) / WPB);
+    const int64_t grid = QRT_MIN((int64_t)occ.blocks * sm_count(), (units + WPB - 1) / WPB);
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
         QRT_LAUNCH(fp4_mma_st<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
                    st);
+    return true;
+}
+
+/* mma_il: as many blocks as fit at once, never more than tiles (a block owns whole tiles); one launch per pass. */
+template <int NT, int WPB, int D, bool SX, bool PAIR>
+static bool launch_il(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                      int64_t S, int T) {
+    const size_t smem = fp4_ring_smem(WPB, D, SX, S);
+    static fp4_occupancy occ;
+    if (fp4_ring_occupancy(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ) < 1) return false;
+    const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
+    QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
+    const int64_t grid = QRT_MIN((int64_t)occ.blocks * sm_count(), tiles);
+    fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
+    for (int t0 = 0; t0 < T; t0 += 4 * NT)
+        QRT_LAUNCH(fp4_mma_il<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
+                   st_part);
     return true;
 }
 
@@ -1205,10 +1311,17 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
     QRT_LAUNCH(fp4_mma_gemm<PAIR>, (unsigned)grid, GEMM_WARPS * 32, smem, blocks, seg, xs, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1",     "mma_k4",     "mma_k4_sx",
-                                                "mma_st12x2", "mma_st16x2", "mma_gemm"};
-#define FP4_VARIANTS 6
+static const char *const fp4_variant_names[] = {"mma_w1",     "mma_k4",     "mma_k4_sx", "mma_st12x2",
+                                                "mma_st16x2", "mma_gemm", "mma_il12x2"};
+#define FP4_VARIANTS 7
 
+template <int WPB, int D, bool PAIR>
+static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
+                        int64_t S, int T, bool sx) {
+    if (sx) return launch_il<1, WPB, D, true, PAIR>(blocks, seg, xs, x, K, S, T);
+    if (T <= 4) return launch_il<1, WPB, D, false, PAIR>(blocks, seg, xs, x, K, S, T);
+    return launch_il<2, WPB, D, false, PAIR>(blocks, seg, xs, x, K, S, T);
+}
 template <int WPB, int D, bool PAIR>
 static bool launch_st_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                         int64_t S, int T, bool sx) {
@@ -1248,10 +1361,11 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         break;
     case 3: ran = launch_st_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     case 4: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    default:
+    case 5:
         if (T >= 16) launch_gemm<PAIR>(blocks, seg, xs, S, T);
         else ran = false; /* mma_w1 below */
         break;
+    default: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     }
     if (!ran) { /* mma_st could not fit one block, or mma_gemm below 16 tokens: mma_w1, same bits */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
@@ -1383,7 +1497,7 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-cold.txt", dir, name, p.major, p.minor,
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-graph.txt", dir, name, p.major, p.minor,
              FP4_VARIANTS);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
@@ -1394,32 +1508,70 @@ static void tune_file_init(void) {
     fclose(f);
 }
 
-/* Median of 5 launches of variant v, each after a read of `flush` (twice the L2, by the read probe: it leaves clean
- * lines, where a write's dirty lines would make the timed kernel pay their write-back): the weights come from memory,
- * as they do in decode (timed on an L2 holding them, down_proj and the small shapes ranked the variants differently),
- * and the GPU is busy with the read while the host issues the launch, so its launch gap is not timed either. */
-static float time_variant(int v, const qrt_linear *W, const float *x, int T, float *y, void *flush, size_t flush_bytes) {
+/* The weights the autotuner times on: W itself and copies of its device data, as many as cover 4x the L2 (at least
+ * one: W), so back-to-back launches read their weights from memory, as decode does, not from an L2 that holds them
+ * (tilebench rotates copies the same way). Out of device memory: fewer copies. */
+#define TUNE_GRAPH_LAUNCHES 8
+typedef struct {
+    qrt_linear w[TUNE_GRAPH_LAUNCHES];
+    int copies;
+} tune_weights;
+static void tune_copies(const qrt_linear *W, tune_weights *tw) {
+    const size_t bytes = (size_t)((W->n + 15) / 16) * (qrt_nvfp4_row_elems(W->k) / FP4_SLICE) * FP4_BLOCK_BYTES;
+    int l2 = 0;
+    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    const size_t cover = 4 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+    const int want = (int)QRT_MIN((int64_t)TUNE_GRAPH_LAUNCHES, (int64_t)((cover + bytes - 1) / bytes));
+    tw->w[0] = *W, tw->copies = 1;
+    while (tw->copies < want) {
+        void *d = NULL;
+        if (cudaMalloc(&d, bytes) != cudaSuccess) {
+            (void)cudaGetLastError(); /* clear it: fewer copies is fine */
+            break;
+        }
+        QRT_CUDA_CHECK(cudaMemcpyAsync(d, W->data, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread));
+        tw->w[tw->copies] = *W, tw->w[tw->copies].data = d, tw->copies++;
+    }
+}
+static void tune_copies_free(tune_weights *tw) {
+    for (int i = 1; i < tw->copies; i++) QRT_CUDA_CHECK(cudaFree((void *)tw->w[i].data));
+}
+
+/* Median ms per launch of variant v over 5 replays of a CUDA graph of TUNE_GRAPH_LAUNCHES launches back to back (with
+ * programmatic dependent launch, as decode records them), rotating over the weight copies. Why not cold single
+ * launches after an L2 flush (the method before): they ranked the variants differently from decode's graphs: gate+up
+ * at T = 7 flipped between mma_w1 and mma_st12x2 across fresh tunes (tilebench's graph timing: 46 against 51 us),
+ * and the K = 6 verify ran ~1.5% slower with the wrong one (docs/benchmarks.md, session 7). */
+static float time_variant(int v, const tune_weights *tw, const float *x, int T, float *y) {
+    qrt_nvfp4_matmul_variant(v, &tw->w[0], x, T, y); /* warmup, outside the capture: grows the scratch buffers */
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    QRT_CUDA_CHECK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < TUNE_GRAPH_LAUNCHES; i++) qrt_nvfp4_matmul_variant(v, &tw->w[i % tw->copies], x, T, y);
+    QRT_CUDA_CHECK(cudaStreamEndCapture(cudaStreamPerThread, &g));
+    QRT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t a, b;
     QRT_CUDA_CHECK(cudaEventCreate(&a));
     QRT_CUDA_CHECK(cudaEventCreate(&b));
-    qrt_nvfp4_matmul_variant(v, W, x, T, y); /* warmup */
+    QRT_CUDA_CHECK(cudaGraphLaunch(ge, cudaStreamPerThread)); /* the first replay uploads the graph */
     float ms[5];
     for (int r = 0; r < 5; r++) {
-        qrt_cuda_read_probe(flush, flush_bytes, static_cast<unsigned *>(flush)); /* zeros: the sink is never written */
         QRT_CUDA_CHECK(cudaEventRecord(a, cudaStreamPerThread));
-        qrt_nvfp4_matmul_variant(v, W, x, T, y);
+        QRT_CUDA_CHECK(cudaGraphLaunch(ge, cudaStreamPerThread));
         QRT_CUDA_CHECK(cudaEventRecord(b, cudaStreamPerThread));
         QRT_CUDA_CHECK(cudaEventSynchronize(b));
         QRT_CUDA_CHECK(cudaEventElapsedTime(&ms[r], a, b));
     }
     QRT_CUDA_CHECK(cudaEventDestroy(a));
     QRT_CUDA_CHECK(cudaEventDestroy(b));
+    QRT_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    QRT_CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 1; i < 5; i++) /* insertion sort; median = ms[2] */
         for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
             float t = ms[j];
             ms[j] = ms[j - 1], ms[j - 1] = t;
         }
-    return ms[2];
+    return ms[2] / TUNE_GRAPH_LAUNCHES;
 }
 
 static int forced_variant(void) {
@@ -1454,24 +1606,20 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     if (cap != cudaStreamCaptureStatusNone) return 0;
     /* Time on scratch activations (random, never zeros), so the caller's buffers are untouched. */
     float *x = NULL, *y = NULL;
-    void *flush = NULL;
-    int l2 = 0;
-    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    const size_t flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
     QRT_CUDA_CHECK(cudaMalloc(&x, sizeof(float) * (size_t)T * W->k));
     QRT_CUDA_CHECK(cudaMalloc(&y, sizeof(float) * (size_t)T * W->n));
-    QRT_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
-    QRT_CUDA_CHECK(cudaMemset(flush, 0, flush_bytes));
     qrt_cuda_fill_random_f32(x, (size_t)T * W->k, 12345, -1.0f, 1.0f);
+    tune_weights tw;
+    tune_copies(W, &tw);
     int best = 0;
     float best_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
-        float ms = time_variant(v, W, x, T, y, flush, flush_bytes);
+        float ms = time_variant(v, &tw, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
+    tune_copies_free(&tw);
     QRT_CUDA_CHECK(cudaFree(x));
     QRT_CUDA_CHECK(cudaFree(y));
-    QRT_CUDA_CHECK(cudaFree(flush));
     tune_add((tune_entry){W->n, W->k, T, best});
     if (tune_path[0]) {
         FILE *f = fopen(tune_path, "a");
