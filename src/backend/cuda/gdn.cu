@@ -1,7 +1,8 @@
 /* Gated DeltaNet core: T tokens through the delta-rule recurrence, state S [Hv][Dk][Dv] in device memory, and the
  * output's gated RMSNorm, in one kernel.
  * Variants:
- *   0  gdn_head<DKMAX>  one block of 512 threads per v-head j: thread (p, c) = (tid / 128, tid % 128) keeps rows
+ *   0  gdn_head<DKMAX, EXACT>  (EXACT: Dk = DKMAX = 128 and Dv = 128 compiled in, the models' shape)
+ *                       one block of 512 threads per v-head j: thread (p, c) = (tid / 128, tid % 128) keeps rows
  *                       p·R .. p·R + R-1 (R = DKMAX / 4) of state column c in registers for the whole call and walks
  *                       the tokens in order. Each token's two column sums over Dk (Sᵀk and Sᵀq) are 4 partial sums
  *                       (one per p) added in the order p = 0, 1, 2, 3 through shared memory; warps 0 and 1 compute
@@ -14,7 +15,8 @@
  *                       before; K=6 cycle 12.32 -> 11.90 ms, TTFT at ctx 2048 1517 -> 1461 ms).
  * Tried, measured, dropped (session 5, docs/benchmarks.md): a cluster of 4 blocks per head, each owning 32 columns
  * and exchanging the norm's warp sums through distributed shared memory — 7.0 → 7.8 µs at T = 1: one SM moving the
- * head's 64 KB of state was not the limit.
+ * head's 64 KB of state was not the limit. Session 7: Dk inside each warp (warp w owning 8 columns, lane l rows
+ * l + 32r, one barrier per token; branch gdn-warp): 16-20 -> 40-48 us per call in the K = 6 window.
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
  * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the same
