@@ -1043,10 +1043,13 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
     const uint4 *blocks_lane = reinterpret_cast<const uint4 *>(blocks) + lane;
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
     /* the block's unit j is (slice j / nt, tile tb0 + j % nt); the warp's fill and compute positions step by WPB */
+    auto step = [&](int &s, int &t) {
+        for (t += WPB; t >= nt; t -= nt) s++;
+    };
     int fill_s = warp / nt, fill_t = warp - fill_s * nt;
     auto copy_next = [&](uint4 *slot) {
         fp4_copy_slice(slot + lane, blocks_lane + ((int64_t)(tb0 + fill_t) * Si + fill_s) * FP4_BLOCK_U4);
-        for (fill_t += WPB; fill_t >= nt; fill_t -= nt) fill_s++;
+        step(fill_s, fill_t);
     };
     auto start_copies = [&] {
 #pragma unroll
@@ -1066,7 +1069,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
         if (j + D * WPB < units) copy_next(slot); /* the slot's registers are consumed: refill it */
         cp_async_commit();
         fp4_part_store<NT>(part, (int64_t)(tb0 + t) * Si + s, tp, lane, p);
-        for (t += WPB; t >= nt; t -= nt) s++;
+        step(s, t);
     }
     cp_async_wait<0>();
     __syncthreads(); /* every warp's p stored: the block's global writes are visible to all its threads */
@@ -1248,19 +1251,21 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
 static size_t fp4_ring_smem(int WPB, int D, bool SX, int64_t S) {
     return (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
 }
-/* Blocks of `kernel` (threads each, smem of dynamic shared memory) that fit on one SM at once, 0 when not one; the
- * calculator's answer kept per kernel (in the caller's static) for the last smem it was asked about. */
+/* The grid of a ring kernel: as many blocks of `kernel` (threads each, smem of dynamic shared memory) as fit on the
+ * GPU at once, at most `most`; 0 when not one fits. The calculator's answer is kept per kernel (in the caller's
+ * static) for the last smem it was asked about. */
 typedef struct {
     size_t granted, smem;
-    int blocks;
+    int blocks; /* per SM */
 } fp4_occupancy;
-template <typename F> static int fp4_ring_occupancy(F kernel, int threads, size_t smem, fp4_occupancy &o) {
+template <typename F>
+static int64_t fp4_ring_grid(F kernel, int threads, size_t smem, fp4_occupancy &o, int64_t most) {
     if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
     if (smem != o.smem) {
         QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks, kernel, threads, smem));
         o.smem = smem;
     }
-    return o.blocks;
+    return QRT_MIN((int64_t)o.blocks * sm_count(), most);
 }
 
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
@@ -1270,10 +1275,10 @@ template <int NT, int WPB, int D, bool SX, bool PAIR>
 static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = fp4_ring_smem(WPB, D, SX, S);
-    static fp4_occupancy occ;
-    if (fp4_ring_occupancy(fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ) < 1) return false;
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
-    const int64_t grid = QRT_MIN((int64_t)occ.blocks * sm_count(), (units + WPB - 1) / WPB);
+    static fp4_occupancy occ;
+    const int64_t grid = fp4_ring_grid(fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ, (units + WPB - 1) / WPB);
+    if (grid < 1) return false;
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     const fp4_st_work st = {units, grid * WPB, st_part, st_done};
@@ -1288,12 +1293,12 @@ template <int NT, int WPB, int D, bool SX, bool PAIR>
 static bool launch_il(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
                       int64_t S, int T) {
     const size_t smem = fp4_ring_smem(WPB, D, SX, S);
-    static fp4_occupancy occ;
-    if (fp4_ring_occupancy(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ) < 1) return false;
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
-    QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
-    const int64_t grid = QRT_MIN((int64_t)occ.blocks * sm_count(), tiles);
+    static fp4_occupancy occ;
+    const int64_t grid = fp4_ring_grid(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ, tiles);
+    if (grid < 1) return false;
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
+    QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
         QRT_LAUNCH(fp4_mma_il<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
                    st_part);
@@ -1517,7 +1522,7 @@ typedef struct {
     int copies;
 } tune_weights;
 static void tune_copies(const qrt_linear *W, tune_weights *tw) {
-    const size_t bytes = (size_t)((W->n + 15) / 16) * (qrt_nvfp4_row_elems(W->k) / FP4_SLICE) * FP4_BLOCK_BYTES;
+    const size_t bytes = qrt_nvfp4_device_bytes(W->n, W->k);
     int l2 = 0;
     QRT_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     const size_t cover = 4 * (size_t)(l2 > 0 ? l2 : 64 << 20);
