@@ -52,20 +52,28 @@ __device__ __forceinline__ void pdl_start(void) {
 }
 /* 1 when launches may overlap their predecessor: compute capability 9.0 or more and QRT_CUDA_PDL not 0. */
 int qrt_cuda_pdl(void);
+/* cluster: blocks per thread-block cluster along x (1: no cluster; more needs sm_90, and the grid a multiple of it). */
 template <typename... P, typename... A>
-static inline void qrt_launch_at(const char *file, int line, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                 A... args) {
-    if (!qrt_cuda_pdl()) {
+static inline void qrt_launch_at(const char *file, int line, int cluster, void (*kernel)(P...), dim3 grid, dim3 block,
+                                 size_t smem, A... args) {
+    if (!qrt_cuda_pdl() && cluster == 1) {
         kernel<<<grid, block, smem, cudaStreamPerThread>>>(args...);
         qrt_cuda_after_launch(file, line);
         return;
     }
-    cudaLaunchAttribute overlap[1];
-    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (qrt_cuda_pdl()) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        attrs[n].id = cudaLaunchAttributeClusterDimension;
+        attrs[n].val.clusterDim.x = (unsigned)cluster, attrs[n].val.clusterDim.y = 1, attrs[n++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = cudaStreamPerThread;
-    cfg.attrs = overlap, cfg.numAttrs = 1;
+    cfg.attrs = attrs, cfg.numAttrs = n;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
     if (e != cudaSuccess) {
         fprintf(stderr, "qwenrt: CUDA kernel launch failed at %s:%d: %s\n", file, line, cudaGetErrorString(e));
@@ -74,13 +82,21 @@ static inline void qrt_launch_at(const char *file, int line, void (*kernel)(P...
     qrt_cuda_after_launch(file, line);
 }
 /* QRT_LAUNCH(kernel, grid, block, shared bytes, args...): a launch of a kernel that follows the rule above. */
-#define QRT_LAUNCH(...) qrt_launch_at(__FILE__, __LINE__, __VA_ARGS__)
+#define QRT_LAUNCH(...) qrt_launch_at(__FILE__, __LINE__, 1, __VA_ARGS__)
+/* QRT_LAUNCH_CLUSTER(blocks per cluster, kernel, grid, block, shared bytes, args...): the same in clusters. */
+#define QRT_LAUNCH_CLUSTER(...) qrt_launch_at(__FILE__, __LINE__, __VA_ARGS__)
 
 static inline unsigned qrt_grid(size_t n, unsigned block) { return (unsigned)((n + block - 1) / block); }
 /* The SMs of device 0 (asked once per file). */
 static inline int sm_count(void) {
     static int n = 0;
     if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+}
+/* The compute capability's major number of device 0 (asked once per file). */
+static inline int compute_major(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrComputeCapabilityMajor, 0));
     return n;
 }
 

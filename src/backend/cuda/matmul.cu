@@ -19,6 +19,10 @@
  *   nvfp4 6  mma_il12x2     "interleaved": each block owns an equal run of whole tiles, its 12 warps take the
  *                           block's units slice after slice through mma_st's rings, sums after a block barrier (no
  *                           atomics). Wins at T = 1 on the short shapes (attention q|k|v, GDN / attention out)
+ *   nvfp4 7  mma_cl12x2     "clustered" (T = 1, sm_90): mma_st's runs and rings inside clusters of 4 blocks, each
+ *   nvfp4 8  mma_cl8x3      cluster owning whole tiles, split tiles summed through distributed shared memory after one
+ *                           cluster barrier (12 warps x 2 slots or 8 x 3). Wins at T = 1 on every shape but lm_head
+ *                           and down_proj (gate+up 34.2 -> 31.4 us)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -949,7 +953,18 @@ __device__ __forceinline__ void fp4_slot_p(const uint4 *slot, int lane, const ui
     fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
 }
 
-/* The start of mma_st and mma_il: the rings' first copies (start_copies), on one token (SX) behind the loads of the
+/* A run's first D units (u0.. of a run ending at u1) into its warp's ring, one commit group per slot (empty past the
+ * run); next moves on to unit u0 + D. */
+template <int D>
+__device__ __forceinline__ void fp4_run_first_copies(uint4 *ring, const uint4 *&next, int u0, int u1, int lane) {
+#pragma unroll
+    for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) {
+        if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
+        cp_async_commit();
+    }
+}
+
+/* The start of mma_st, mma_il and mma_cl: the rings' first copies (start_copies), on one token (SX) behind the loads of the
  * block's x copy (queued ahead of them, x waited out ~20 MB of copies, ~4 µs, measured), which then becomes xs; and
  * this lane's B half-entries. */
 template <int NT, int WPB, int D, bool SX, typename F>
@@ -980,13 +995,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     const int u0 = (int)(gw * st.units / st.warps), u1 = (int)((gw + 1) * st.units / st.warps), Si = (int)S;
     const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + (int64_t)u0 * FP4_BLOCK_U4 + lane; /* unit u0 */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
-    auto start_copies = [&] {
-#pragma unroll
-        for (int j = 0; j < D; j++, next += FP4_BLOCK_U4) { /* one commit group per slot, empty past the run */
-            if (u0 + j < u1) fp4_copy_slice(ring + j * FP4_BLOCK_U4 + lane, next);
-            cp_async_commit();
-        }
-    };
+    auto start_copies = [&] { fp4_run_first_copies<D>(ring, next, u0, u1, lane); };
     const uint2 *xf_lane[NT];
     fp4_ring_start<NT, WPB, D, SX>(fp4_st_smem, x, K, S, T, t0, lane, xs, xf_lane, start_copies);
     const int tp = T - t0 < 4 * NT ? T - t0 : 4 * NT;
@@ -1021,6 +1030,103 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     }
     if (split_mine[0] || split_mine[1]) fp4_part_finish<NT, PAIR>(st, seg, split_tile, split_mine, S, T, t0, lane);
     cp_async_wait<0>();
+}
+
+/* Variant mma_cl<WPB, D, CL> ("clustered", one token, sm_90): mma_st's runs and rings inside thread-block clusters
+ * of CL blocks. Each cluster owns an equal run of whole tiles, cut into equal runs of (tile, slice) units over its
+ * warps in storage order, as mma_st cuts all units over the grid. A tile whose units are all one warp's is summed in
+ * registers; a tile split between warps has each slice's p written straight into the shared memory of the warp that
+ * holds its last unit (distributed shared memory), and after one cluster barrier that warp sums them in slice order
+ * (mma_w1's bits). Why: mma_st's split-tile finish through global scratch and atomics, after the last unit, was
+ * measured at 4.2 of gate+up's 34.6 us and 3.7 of down's 21.6 (mma_st with it removed, H200); here it is one barrier
+ * and a few shared-memory reads. A warp completes at most one split tile: the one it entered its run inside, if that
+ * one ends in its run (a tile that begins inside the run either ends in it, whole, or is completed by a later warp). */
+__device__ __forceinline__ unsigned cluster_smem_addr(const void *local, unsigned rank) {
+    unsigned remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
+#endif
+    return remote;
+}
+__device__ __forceinline__ void cluster_store_f32(unsigned addr, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+#endif
+}
+/* Every thread of the cluster: its shared-memory stores before, visible to every thread of the cluster after. */
+__device__ __forceinline__ void cluster_barrier(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+/* The split-tile sums of the warp that holds unit `last` of its cluster (units base.., Uc of them over Wc warps):
+ * the shared::cluster address of its [S][16] floats. */
+template <int WPB>
+__device__ __forceinline__ unsigned fp4_cl_sums_of(const float *sums /* [WPB][S][16] of this block */, int last,
+                                                   int base, int Uc, int Wc, int Si) {
+    const int q = (int)(((int64_t)(last - base + 1) * Wc - 1) / Uc); /* the warp whose run holds `last` */
+    return cluster_smem_addr(sums + (size_t)(q % WPB) * Si * 16, (unsigned)(q / WPB));
+}
+
+template <int WPB, int D, int CL, bool PAIR>
+__global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
+                                                       const fp4_segments seg, const float *x /* [K] */, int64_t K,
+                                                       int64_t S, int clusters) {
+    pdl_start();
+    /* [WPB][D][FP4_BLOCK_U4] rings, [S][32][4] uint4 and [S] f32 of x, then [WPB][S][16] f32 split-tile sums */
+    extern __shared__ uint4 fp4_st_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
+    float *sums = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4) +
+                                            (size_t)S * (128 * sizeof(uint4) + sizeof(float))); /* fp4_ring_smem */
+    const int cl = (int)(blockIdx.x / CL), tiles = (int)seg.tile_begin[seg.count];
+    const int base = (int)((int64_t)cl * tiles / clusters) * Si;
+    const int Uc = (int)((int64_t)(cl + 1) * tiles / clusters) * Si - base, Wc = CL * WPB;
+    const int q = (int)(blockIdx.x % CL) * WPB + warp; /* this warp in its cluster */
+    const int u0 = base + (int)((int64_t)q * Uc / Wc), u1 = base + (int)((int64_t)(q + 1) * Uc / Wc);
+    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + (int64_t)u0 * FP4_BLOCK_U4 + lane; /* unit u0 */
+    uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
+    auto start_copies = [&] { fp4_run_first_copies<D>(ring, next, u0, u1, lane); };
+    fp4_xsrc xs = {NULL, NULL};
+    const uint2 *xf_lane[1];
+    fp4_ring_start<1, WPB, D, true>(fp4_st_smem, x, K, S, 1, 0, lane, xs, xf_lane, start_copies);
+    float acc[1][2];
+    int tile = u0 / Si, s = u0 - tile * Si;
+    bool whole = tile * Si >= u0 && tile * Si + Si <= u1;
+    unsigned dst = whole ? 0 : fp4_cl_sums_of<WPB>(sums, tile * Si + Si - 1, base, Uc, Wc, Si);
+    for (int u = u0, k = 0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
+        uint4 *slot = ring + k * FP4_BLOCK_U4;
+        float p[1][2];
+        fp4_slot_p<1, D, true>(slot, lane, xf_lane, xs, S, 1, 0, s, p);
+        if (u + D < u1) fp4_copy_slice(slot + lane, next); /* the slot's registers are consumed: unit u + D */
+        next += FP4_BLOCK_U4;
+        cp_async_commit();
+        if (whole) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) acc[0][r] = s == 0 ? p[0][r] : acc[0][r] + p[0][r];
+            if (s == Si - 1) fp4_store<1, PAIR>(fp4_tile_target(seg, tile), 1, 0, lane, acc);
+        } else if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
+            cluster_store_f32(dst + (unsigned)(s * 16 + g) * 4, p[0][0]);
+            cluster_store_f32(dst + (unsigned)(s * 16 + g + 8) * 4, p[0][1]);
+        }
+        if (++s == Si) {
+            s = 0, tile++, whole = tile * Si >= u0 && tile * Si + Si <= u1;
+            if (!whole && tile * Si < u1) dst = fp4_cl_sums_of<WPB>(sums, tile * Si + Si - 1, base, Uc, Wc, Si);
+        }
+    }
+    cp_async_wait<0>();
+    cluster_barrier(); /* every split slice's p is in its completer's shared memory */
+    const int first = u0 / Si;
+    if (u0 < u1 && first * Si < u0 && first * Si + Si <= u1) { /* the split tile this warp completes */
+        const float *mine = sums + (size_t)warp * Si * 16;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float a = mine[g + 8 * r];
+            for (int j = 1; j < Si; j++) a += mine[j * 16 + g + 8 * r];
+            acc[0][r] = a;
+        }
+        fp4_store<1, PAIR>(fp4_tile_target(seg, first), 1, 0, lane, acc);
+    }
 }
 
 /* Variant mma_il<WPB, D> ("interleaved"): each block owns an equal run of whole tiles, and its warps take the block's
@@ -1305,6 +1411,35 @@ static bool launch_il(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     return true;
 }
 
+/* mma_cl: as many clusters as fit on the GPU at once (the occupancy calculator's answer for clusters of CL), never
+ * more than tiles; one token only. Returns false below sm_90, above one token, or when a block does not fit: the
+ * caller runs mma_w1, which gives the same bits. */
+template <int WPB, int D, int CL, bool PAIR>
+static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
+    if (T != 1 || compute_major() < 9) return false;
+    const size_t smem = fp4_ring_smem(WPB, D, true, S) + (size_t)WPB * S * 16 * sizeof(float);
+    static size_t granted = 0, asked = 0;
+    static int most = 0; /* clusters at once, for `asked` */
+    if (!fp4_smem_opt_in(fp4_mma_cl<WPB, D, CL, PAIR>, smem, granted)) return false;
+    if (smem != asked) {
+        cudaLaunchAttribute cluster;
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = CL, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(CL * sm_count())), cfg.blockDim = dim3(WPB * 32), cfg.dynamicSmemBytes = smem;
+        cfg.attrs = &cluster, cfg.numAttrs = 1;
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&most, fp4_mma_cl<WPB, D, CL, PAIR>, &cfg));
+        asked = smem;
+    }
+    const int64_t tiles = seg.tile_begin[seg.count];
+    const int clusters = (int)QRT_MIN((int64_t)most, tiles);
+    if (clusters < 1) return false;
+    QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
+    QRT_LAUNCH_CLUSTER(CL, fp4_mma_cl<WPB, D, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K,
+                       S, clusters);
+    return true;
+}
+
 template <bool PAIR>
 static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, int64_t S, int T) {
     const size_t smem = 2 * GEMM_SLICE_U4 * sizeof(uint4);
@@ -1316,9 +1451,9 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
     QRT_LAUNCH(fp4_mma_gemm<PAIR>, (unsigned)grid, GEMM_WARPS * 32, smem, blocks, seg, xs, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1",     "mma_k4",     "mma_k4_sx", "mma_st12x2",
-                                                "mma_st16x2", "mma_gemm", "mma_il12x2"};
-#define FP4_VARIANTS 7
+static const char *const fp4_variant_names[] = {"mma_w1",   "mma_k4",     "mma_k4_sx", "mma_st12x2", "mma_st16x2",
+                                                "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3"};
+#define FP4_VARIANTS 9
 
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1370,9 +1505,12 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         if (T >= 16) launch_gemm<PAIR>(blocks, seg, xs, S, T);
         else ran = false; /* mma_w1 below */
         break;
-    default: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case 6: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case 7: ran = launch_cl<12, 2, 4, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_cl<8, 3, 4, PAIR>(blocks, seg, x, K, S, T); break;
     }
-    if (!ran) { /* mma_st could not fit one block, or mma_gemm below 16 tokens: mma_w1, same bits */
+    if (!ran) { /* mma_st or mma_cl could not fit one block, mma_cl above one token or below sm_90, or mma_gemm below
+                 * 16 tokens: mma_w1, same bits */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
     }
