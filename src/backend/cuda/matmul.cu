@@ -19,10 +19,10 @@
  *   nvfp4 6  mma_il12x2     "interleaved": each block owns an equal run of whole tiles, its 12 warps take the
  *                           block's units slice after slice through mma_st's rings, sums after a block barrier (no
  *                           atomics). Wins at T = 1 on the short shapes (attention q|k|v, GDN / attention out)
- *   nvfp4 7  mma_cl12x2     "clustered" (T = 1, sm_90): mma_st's runs and rings inside clusters of 4 blocks, each
+ *   nvfp4 7  mma_cl12x2     "clustered" (T = 1, sm_90): mma_st's runs and rings inside clusters of 2 blocks, each
  *   nvfp4 8  mma_cl8x3      cluster owning whole tiles, split tiles summed through distributed shared memory after one
- *                           cluster barrier (12 warps x 2 slots or 8 x 3). Wins at T = 1 on every shape but lm_head
- *                           and down_proj (gate+up 34.2 -> 31.4 us)
+ *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on every 27B shape (H200:
+ *                           gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head 178 -> 175)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -370,26 +370,27 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
 
 /* The same for one token inside a GEMV block, into shared memory (no separate launch): the compact layout
  * xs [S][32 (q·8 + i)][4 c] uint4 (one token: every lane of a quad column reads the same entry) and xsc [S]. Warp w
- * takes slices w, w + W, ... (W warps), FP4_PREP_BATCH of them per round with all their loads in flight at once
- * (down_proj: 34 slices over 12 warps, one L2 round trip instead of three). after_loads() runs once per warp, after
- * the first round's loads are issued and before they are waited on: a kernel starts its weight copies there, behind
- * x's loads rather than ahead of them. Every thread of the block must call it (it ends with a barrier). */
-#define FP4_PREP_BATCH 3
-template <typename F>
+ * takes slices w, w + W, ... (W warps), B of them per round with all their loads in flight at once (down_proj: 34
+ * slices over 12 warps, one L2 round trip instead of three). after_loads() runs once per warp, after the first round's
+ * loads are issued and before they are waited on: a kernel starts its weight copies there, behind x's loads rather
+ * than ahead of them. Every thread of the block must call it (it ends with a barrier). */
+#define FP4_PREP_BATCH 3   /* B of the 4-warp kernels */
+#define FP4_PREP_SLICES 36 /* the ring kernels' B covers this many slices in one round (down_proj has 34) */
+template <int B = FP4_PREP_BATCH, typename F>
 __device__ __forceinline__ void fp4_prep_block(const float *x /* [K] */, int64_t K, int64_t S, uint4 *xs, float *xsc,
                                                F after_loads) {
     const int lane = threadIdx.x & 31, c = lane & 3, i = lane >> 2;
     const int64_t W = blockDim.x >> 5;
     bool first = true;
-    for (int64_t s0 = threadIdx.x >> 5; first || s0 < S; s0 += FP4_PREP_BATCH * W) {
-        float v[FP4_PREP_BATCH][4][4];
+    for (int64_t s0 = threadIdx.x >> 5; first || s0 < S; s0 += B * W) {
+        float v[B][4][4];
 #pragma unroll
-        for (int b = 0; b < FP4_PREP_BATCH; b++)
+        for (int b = 0; b < B; b++)
             if (s0 + b * W < S) fp4_prep_load(x, K, s0 + b * W, lane, v[b]);
         if (first) after_loads();
         first = false;
 #pragma unroll
-        for (int b = 0; b < FP4_PREP_BATCH; b++) {
+        for (int b = 0; b < B; b++) {
             const int64_t s = s0 + b * W;
             if (s >= S) break;
             uint4 u[4];
@@ -973,7 +974,8 @@ __device__ __forceinline__ void fp4_ring_start(uint4 *smem /* rings, then SX's x
                                                const uint2 *(&xf_lane)[NT], F start_copies) {
     if (SX) {
         uint4 *xsh = smem + (size_t)WPB * D * FP4_BLOCK_U4;
-        fp4_prep_block(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128), start_copies);
+        fp4_prep_block<(FP4_PREP_SLICES + WPB - 1) / WPB>(x, K, S, xsh, reinterpret_cast<float *>(xsh + S * 128),
+                                                          start_copies);
         xs = fp4_xsrc{xsh, reinterpret_cast<const float *>(xsh + S * 128)};
     } else {
         start_copies();
@@ -1054,10 +1056,16 @@ __device__ __forceinline__ void cluster_store_f32(unsigned addr, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 #endif
 }
-/* Every thread of the cluster: its shared-memory stores before, visible to every thread of the cluster after. */
-__device__ __forceinline__ void cluster_barrier(void) {
+/* The cluster barrier in two halves (whole warps): arrive publishes this thread's shared-memory stores; wait returns
+ * once every thread of the cluster that has not exited has arrived, their stores visible. */
+__device__ __forceinline__ void cluster_arrive(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
 /* The split-tile sums of the warp that holds unit `last` of its cluster (units base.., Uc of them over Wc warps):
@@ -1115,9 +1123,13 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
         }
     }
     cp_async_wait<0>();
-    cluster_barrier(); /* every split slice's p is in its completer's shared memory */
+    cluster_arrive();
     const int first = u0 / Si;
-    if (u0 < u1 && first * Si < u0 && first * Si + Si <= u1) { /* the split tile this warp completes */
+    /* A warp that completes no split tile leaves at once: nothing reads its shared memory, and a block that leaves
+     * early lets the next launch's block start on its SM (waiting for the whole cluster cost down_proj 2 us). */
+    if (!(u0 < u1 && first * Si < u0 && first * Si + Si <= u1)) return;
+    cluster_wait(); /* every split slice's p is in its completer's shared memory */
+    {
         const float *mine = sums + (size_t)warp * Si * 16;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -1506,8 +1518,8 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         else ran = false; /* mma_w1 below */
         break;
     case 6: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    case 7: ran = launch_cl<12, 2, 4, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_cl<8, 3, 4, PAIR>(blocks, seg, x, K, S, T); break;
+    case 7: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_st or mma_cl could not fit one block, mma_cl above one token or below sm_90, or mma_gemm below
                  * 16 tokens: mma_w1, same bits */
