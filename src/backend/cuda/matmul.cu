@@ -1499,11 +1499,7 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     }
     bool ran = true;
     switch (v) {
-    case 0:
-        if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
-        else if (T > 4) launch_w1<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
-        else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
-        break;
+    case 0: ran = false; break; /* mma_w1, below */
     case 1:
     case 2:
         if (sx) launch_k<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
@@ -1521,9 +1517,10 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     case 7: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
     default: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
     }
-    if (!ran) { /* mma_st or mma_cl could not fit one block, mma_cl above one token or below sm_90, or mma_gemm below
-                 * 16 tokens: mma_w1, same bits */
+    if (!ran) { /* mma_w1; also where mma_st or mma_cl cannot fit one block, mma_cl above one token or below sm_90,
+                 * mma_gemm below 16 tokens (same bits, so the autotuner may name any of them for it) */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
+        else if (T > 4) launch_w1<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
     }
 }
