@@ -1518,7 +1518,7 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     default: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st or mma_cl cannot fit one block, mma_cl above one token or below sm_90,
-                 * mma_gemm below 16 tokens (same bits, so the autotuner may name any of them for it) */
+                 * mma_gemm below 16 tokens (same bits; the autotuner does not time them there: fp4_variant_own) */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else if (T > 4) launch_w1<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
@@ -1528,6 +1528,14 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
                                int T) {
     if (seg.pair != FP4_PARTS) launch_fp4_variant_t<true>(v, blocks, seg, K, x, T);
     else launch_fp4_variant_t<false>(v, blocks, seg, K, x, T);
+}
+
+/* Whether variant v runs its own kernel at T tokens (not mma_w1 in its place; a K too long for one block of mma_st
+ * or mma_cl is not caught here: it too runs mma_w1). */
+static bool fp4_variant_own(int v, int T) {
+    if (v == 5) return T >= 16;
+    if (v == 7 || v == 8) return T == 1 && compute_major() >= 9;
+    return true;
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
@@ -1766,6 +1774,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     int best = 0;
     float best_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
+        if (!fp4_variant_own(v, T)) continue; /* it would time mma_w1 again, and could win the pick by noise */
         float ms = time_variant(v, &tw, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
