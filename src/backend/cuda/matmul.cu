@@ -965,9 +965,9 @@ __device__ __forceinline__ void fp4_run_first_copies(uint4 *ring, const uint4 *&
     }
 }
 
-/* The start of mma_st, mma_il and mma_cl: the rings' first copies (start_copies), on one token (SX) behind the loads of the
- * block's x copy (queued ahead of them, x waited out ~20 MB of copies, ~4 µs, measured), which then becomes xs; and
- * this lane's B half-entries. */
+/* The start of mma_st, mma_il and mma_cl: the rings' first copies (start_copies), on one token (SX) behind the loads
+ * of the block's x copy (queued ahead of them, x waited out ~20 MB of copies, ~4 µs, measured), which then becomes
+ * xs; and this lane's B half-entries. */
 template <int NT, int WPB, int D, bool SX, typename F>
 __device__ __forceinline__ void fp4_ring_start(uint4 *smem /* rings, then SX's x copy */, const float *x, int64_t K,
                                                int64_t S, int T, int t0, int lane, fp4_xsrc &xs,
@@ -1063,6 +1063,11 @@ __device__ __forceinline__ void cluster_arrive(void) {
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void cluster_arrive_relaxed(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cluster_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -1082,6 +1087,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
                                                        const fp4_segments seg, const float *x /* [K] */, int64_t K,
                                                        int64_t S, int clusters) {
     pdl_start();
+    cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
     /* [WPB][D][FP4_BLOCK_U4] rings, [S][32][4] uint4 and [S] f32 of x, then [WPB][S][16] f32 split-tile sums */
     extern __shared__ uint4 fp4_st_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
@@ -1098,6 +1104,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     fp4_xsrc xs = {NULL, NULL};
     const uint2 *xf_lane[1];
     fp4_ring_start<1, WPB, D, true>(fp4_st_smem, x, K, S, 1, 0, lane, xs, xf_lane, start_copies);
+    cluster_wait();
     float acc[1][2];
     int tile = u0 / Si, s = u0 - tile * Si;
     bool whole = tile * Si >= u0 && tile * Si + Si <= u1;
@@ -1125,8 +1132,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     cp_async_wait<0>();
     cluster_arrive();
     const int first = u0 / Si;
-    /* A warp that completes no split tile leaves at once: nothing reads its shared memory, and a block that leaves
-     * early lets the next launch's block start on its SM (waiting for the whole cluster cost down_proj 2 us). */
+    /* A warp that completes no split tile leaves at once: nothing reads its shared memory, and a block then leaves
+     * when its own warps are done (the next launch's block can start on its SM), not its cluster's slowest. */
     if (!(u0 < u1 && first * Si < u0 && first * Si + Si <= u1)) return;
     cluster_wait(); /* every split slice's p is in its completer's shared memory */
     {
