@@ -1034,6 +1034,15 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     cp_async_wait<0>();
 }
 
+/* A block's one-token x copy in shared memory: [S][32][4] uint4 of fragments and [S] f32 scales. */
+__host__ __device__ static inline size_t fp4_sx_bytes(int64_t S) {
+    return (size_t)S * (128 * sizeof(uint4) + sizeof(float));
+}
+/* The shared memory of mma_st's, mma_il's and mma_cl's blocks: WPB rings of D slice blocks, then SX's x copy. */
+__host__ __device__ static inline size_t fp4_ring_smem(int WPB, int D, bool SX, int64_t S) {
+    return (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
+}
+
 /* Variant mma_cl<WPB, D, CL> ("clustered", one token, sm_90): mma_st's runs and rings inside thread-block clusters
  * of CL blocks. Each cluster owns an equal run of whole tiles, cut into equal runs of (tile, slice) units over its
  * warps in storage order, as mma_st cuts all units over the grid. A tile whose units are all one warp's is summed in
@@ -1091,8 +1100,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     /* [WPB][D][FP4_BLOCK_U4] rings, [S][32][4] uint4 and [S] f32 of x, then [WPB][S][16] f32 split-tile sums */
     extern __shared__ uint4 fp4_st_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
-    float *sums = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4) +
-                                            (size_t)S * (128 * sizeof(uint4) + sizeof(float))); /* fp4_ring_smem */
+    float *sums = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(fp4_st_smem) + fp4_ring_smem(WPB, D, true, S));
     const int cl = (int)(blockIdx.x / CL), tiles = (int)seg.tile_begin[seg.count];
     const int base = (int)((int64_t)cl * tiles / clusters) * Si;
     const int Uc = (int)((int64_t)(cl + 1) * tiles / clusters) * Si - base, Wc = CL * WPB;
@@ -1312,7 +1320,6 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
 }
 
 /* Shared memory of the SX copy of x: fragments and scales. */
-static size_t fp4_sx_bytes(int64_t S) { return (size_t)S * (128 * sizeof(uint4) + sizeof(float)); }
 
 /* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. False (nothing set) when smem is more
  * than a block may opt in to. */
@@ -1372,16 +1379,12 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
     }
 }
 
-/* The shared memory of mma_st's and mma_il's blocks: WPB rings of D slice blocks, then SX's x copy. */
-static size_t fp4_ring_smem(int WPB, int D, bool SX, int64_t S) {
-    return (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
-}
 /* The grid of a ring kernel: as many blocks of `kernel` (threads each, smem of dynamic shared memory) as fit on the
  * GPU at once, at most `most`; 0 when not one fits. The calculator's answer is kept per kernel (in the caller's
  * static) for the last smem it was asked about. */
 typedef struct {
     size_t granted, smem;
-    int blocks; /* per SM */
+    int blocks; /* per SM (fp4_ring_grid), or clusters on the GPU (fp4_cluster_grid) */
 } fp4_occupancy;
 template <typename F>
 static int64_t fp4_ring_grid(F kernel, int threads, size_t smem, fp4_occupancy &o, int64_t most) {
@@ -1391,6 +1394,22 @@ static int64_t fp4_ring_grid(F kernel, int threads, size_t smem, fp4_occupancy &
         o.smem = smem;
     }
     return QRT_MIN((int64_t)o.blocks * sm_count(), most);
+}
+/* The same in clusters of CL blocks: as many clusters as fit on the GPU at once, at most `most`; 0 if none fits. */
+template <typename F>
+static int64_t fp4_cluster_grid(F kernel, int threads, size_t smem, int CL, fp4_occupancy &o, int64_t most) {
+    if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
+    if (smem != o.smem) {
+        cudaLaunchAttribute cluster;
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = (unsigned)CL, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(CL * sm_count())), cfg.blockDim = dim3((unsigned)threads);
+        cfg.dynamicSmemBytes = smem, cfg.attrs = &cluster, cfg.numAttrs = 1;
+        QRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.blocks, kernel, &cfg));
+        o.smem = smem;
+    }
+    return QRT_MIN((int64_t)o.blocks, most);
 }
 
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
@@ -1437,21 +1456,9 @@ template <int WPB, int D, int CL, bool PAIR>
 static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const size_t smem = fp4_ring_smem(WPB, D, true, S) + (size_t)WPB * S * 16 * sizeof(float);
-    static size_t granted = 0, asked = 0;
-    static int most = 0; /* clusters at once, for `asked` */
-    if (!fp4_smem_opt_in(fp4_mma_cl<WPB, D, CL, PAIR>, smem, granted)) return false;
-    if (smem != asked) {
-        cudaLaunchAttribute cluster;
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = CL, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(CL * sm_count())), cfg.blockDim = dim3(WPB * 32), cfg.dynamicSmemBytes = smem;
-        cfg.attrs = &cluster, cfg.numAttrs = 1;
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&most, fp4_mma_cl<WPB, D, CL, PAIR>, &cfg));
-        asked = smem;
-    }
     const int64_t tiles = seg.tile_begin[seg.count];
-    const int clusters = (int)QRT_MIN((int64_t)most, tiles);
+    static fp4_occupancy occ;
+    const int clusters = (int)fp4_cluster_grid(fp4_mma_cl<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters < 1) return false;
     QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     QRT_LAUNCH_CLUSTER(CL, fp4_mma_cl<WPB, D, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K,
