@@ -44,8 +44,10 @@ static const char *usage =
     "  --shapes LIST  only these shapes: gdn_in (GDN in_proj q|k|v|z|b|a stacked), gdn_out, attn_qkv\n"
     "                 (q|k|v stacked), attn_o, mlp_gate_up (gate|up stacked), mlp_down, lm_head, mtp_fc\n"
     "  --formats LIST weight formats to time (default: nvfp4,bf16 on the GPU, the formats of the NVFP4\n"
-    "                 checkpoints' main layers (add fp8 for their MTP head); bf16,nvfp4,fp8 on the CPU). NVFP4 on the GPU: every variant of the CUDA backend, the\n"
-    "                 autotuner's pick marked; otherwise the backend's matmul (one kernel per format).\n"
+    "                 checkpoints' main layers (add fp8 for their MTP head); bf16,nvfp4,fp8 on the CPU).\n"
+    "                 NVFP4 on the GPU: every variant of the CUDA backend that runs its own kernel at\n"
+    "                 that M (not those that would run mma_w1 in its place), the autotuner's pick marked;\n"
+    "                 otherwise the backend's matmul (one kernel per format).\n"
     "  --m LIST       tokens per call (1..256; default 1,2,4,7,8,16,64,256: decode, the verify of K = 6 at\n"
     "                 7, and prefill pieces)\n"
     "  --full-m       M = 1..16 (every speculative verify size) plus 64 and 256\n"
@@ -428,6 +430,16 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
     return -1;
 }
 
+/* Whether kernel v runs its own code at T (a variant that cannot runs mma_w1 in its place: timing it would list
+ * mma_w1's time under its name). */
+static int kernel_runs(int v, int T) {
+#ifdef QRT_HAVE_CUDA
+    if (v >= 0) return qrt_nvfp4_variant_runs(v, T);
+#endif
+    (void)T;
+    return 1;
+}
+
 static const char *kernel_name(int v) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0) return qrt_nvfp4_variant_name(v);
@@ -502,6 +514,7 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
     for (int mi = 0; mi < b->n_m && ok; mi++) {
         const int T = b->m[mi], pick = picked_kernel(b, &W, T);
         for (int k = 0; k < nk && ok; k++) {
+            if (!kernel_runs(v[k], T)) continue;
             double ms;
             int reps;
             ok = time_cell(b, &W, v[k], x, y, T, &ms, &reps);

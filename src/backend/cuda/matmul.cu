@@ -1559,6 +1559,7 @@ static bool fp4_variant_own(int v, int T) {
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
+extern "C" int qrt_nvfp4_variant_runs(int v, int T) { return v >= 0 && v < FP4_VARIANTS && fp4_variant_own(v, T); }
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
 extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS ? 0 : -1; }
 
