@@ -18,6 +18,11 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
         PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda-sm80 -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
         PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt
+        echo "== the diagnostic probes compile (scripts/probes, run by hand on a GPU)"
+        for probe in scripts/probes/*.cu; do
+            /usr/local/cuda/bin/nvcc -std=c++17 -O3 -arch=sm_90a -Werror all-warnings \
+                -o build-cuda/"$(basename "$probe" .cu)" "$probe"
+        done
     fi
 fi
 

@@ -1,7 +1,7 @@
 // Does a plain streaming read reach more of the read bandwidth per launch when its loads go out before
 // griddepcontrol.wait, so that the next launch streams while this one's tail still runs? The launches are timed as
 // tilebench times the GEMMs: back to back in one CUDA graph with programmatic dependent launch, rotating over copies
-// that together are more than 4x the L2. Diagnostic only (not built by CMake, not a test). On the GPU machine:
+// that together are more than 4x the L2. Diagnostic only (not a test; scripts/test.sh compiles it). On a GPU:
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o pdl_read scripts/probes/pdl_read.cu && ./pdl_read
 // Percentages are of this program's own 2 GiB streaming read (as membw measures it). Results: docs/benchmarks.md,
 // session 10.
