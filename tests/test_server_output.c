@@ -109,6 +109,16 @@ static void test_tool_calls(void) {
         qrt_output_free(&o);
     }
     CHECK(qrt_oa_tool_calls("<tool_call>garbage</tool_call>", 30, tools) == NULL, "no function: no tool call");
+    /* a JSON-style call without "arguments" gets {} (its empty object leaked once: found by fuzz_openai) */
+    const char *bare = "<tool_call> {\"name\": \"get_time\"}\n</tool_call>";
+    json_t *calls = qrt_oa_tool_calls(bare, strlen(bare), tools);
+    json_t *f = json_object_get(json_array_get(calls, 0), "function");
+    CHECK(calls && json_array_size(calls) == 1 && !strcmp(json_string_value(json_object_get(f, "arguments")), "{}"),
+          "a call without arguments");
+    json_decref(calls);
+    /* a function name that is not UTF-8: no call, nothing leaked */
+    const char *bad_name = "<tool_call><function=\xff\xfe><parameter=a>1</parameter></function></tool_call>";
+    CHECK(qrt_oa_tool_calls(bad_name, strlen(bad_name), tools) == NULL, "a name that is not UTF-8: no tool call");
     json_decref(tools);
 }
 

@@ -219,6 +219,16 @@ static json_t *param_value(const char *s, size_t n, const char *type) {
     return json_stringn(s, n);
 }
 
+/* {"name": name, "arguments": args}, taking both references (NULL when name is NULL: not UTF-8). Built by hand, not
+ * json_pack: a fresh value passed to it leaked when packing failed or took its own reference (fuzz_openai). */
+static json_t *tool_call(json_t *name, json_t *args) {
+    if (!name) return json_decref(args), NULL;
+    json_t *call = json_object();
+    json_object_set_new(call, "name", name);
+    json_object_set_new(call, "arguments", args);
+    return call;
+}
+
 /* One <function=NAME>...</function> body → {"name", "arguments"}. */
 static json_t *parse_xml_call(const char *p, const char *end, const json_t *tools) {
     const char *fn = find_in(p, end, "<function=");
@@ -243,7 +253,7 @@ static json_t *parse_xml_call(const char *p, const char *end, const json_t *tool
         json_object_set_new(args, key, param_value(val, (size_t)(val_end - val), param_type(tools, name, key)));
         q = val_end;
     }
-    return json_pack("{s:s, s:o}", "name", name, "arguments", args);
+    return tool_call(json_string(name), args);
 }
 
 /* The older Qwen style: {"name": ..., "arguments": {...}}. */
@@ -251,7 +261,7 @@ static json_t *parse_json_call(const char *p, const char *end) {
     json_t *j = json_loadb(p, (size_t)(end - p), 0, NULL);
     if (!json_is_string(json_object_get(j, "name"))) return json_decref(j), NULL;
     json_t *args = json_object_get(j, "arguments");
-    json_t *call = json_pack("{s:O, s:O}", "name", json_object_get(j, "name"), "arguments", args ? args : json_object());
+    json_t *call = tool_call(json_incref(json_object_get(j, "name")), args ? json_incref(args) : json_object());
     json_decref(j);
     return call;
 }
