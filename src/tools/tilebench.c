@@ -430,8 +430,8 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
     return -1;
 }
 
-/* Whether kernel v runs its own code at T (a variant that cannot runs mma_w1 in its place: timing it would list
- * mma_w1's time under its name). */
+/* Whether kernel v runs its own code at T (where it cannot, mma_w1 runs in its place: timing it would list mma_w1's
+ * time under its name). */
 static int kernel_runs(int v, int T) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0) return qrt_nvfp4_variant_runs(v, T);

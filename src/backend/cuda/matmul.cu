@@ -1325,8 +1325,6 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
     return xscale;
 }
 
-/* Shared memory of the SX copy of x: fragments and scales. */
-
 /* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. False (nothing set) when smem is more
  * than a block may opt in to. */
 template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
