@@ -430,13 +430,13 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
     return -1;
 }
 
-/* Whether kernel v runs its own code at T (where it cannot, mma_w1 runs in its place: timing it would list mma_w1's
- * time under its name). */
-static int kernel_runs(int v, int T) {
+/* Whether kernel v runs its own code at T on weight w (where it cannot, mma_w1 runs in its place: timing it would
+ * list mma_w1's time under its name). */
+static int kernel_runs(int v, int T, const qrt_linear *w) {
 #ifdef QRT_HAVE_CUDA
-    if (v >= 0) return qrt_nvfp4_variant_runs(v, T);
+    if (v >= 0) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
 #endif
-    (void)T;
+    (void)T, (void)w;
     return 1;
 }
 
@@ -514,7 +514,7 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
     for (int mi = 0; mi < b->n_m && ok; mi++) {
         const int T = b->m[mi], pick = picked_kernel(b, &W, T);
         for (int k = 0; k < nk && ok; k++) {
-            if (!kernel_runs(v[k], T)) continue;
+            if (!kernel_runs(v[k], T, &W.w[0])) continue;
             double ms;
             int reps;
             ok = time_cell(b, &W, v[k], x, y, T, &ms, &reps);

@@ -23,9 +23,10 @@ const char *qrt_nvfp4_variant_name(int v);
 /* The reduction order variant v follows (-1 for no variant): variants of one order give bit-identical rows for any T,
  * and the autotuner picks only among order 0 (today every variant is order 0). */
 int qrt_nvfp4_variant_order(int v);
-/* 1 when variant v runs its own kernel at T tokens on this GPU; 0 when mma_w1 runs in its place (mma_gemm below 16
- * tokens, mma_cl above one token or below sm_90), which gives the same bits: the autotuner and tilebench skip it. */
-int qrt_nvfp4_variant_runs(int v, int T);
+/* 1 when variant v runs its own kernel at T tokens on an n x k weight on this GPU; 0 when mma_w1 runs in its place
+ * (mma_gemm below 16 tokens, mma_cl and mma_ck above one token or below sm_90, mma_ck where its sums do not fit),
+ * which gives the same bits: the autotuner and tilebench skip it. */
+int qrt_nvfp4_variant_runs(int v, int T, int64_t n, int64_t k);
 /* Run variant v on a prepared NVFP4 weight: y [T][N] = x [T][K] · Wᵀ. */
 void qrt_nvfp4_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
 /* Variant v on a paired gate|up group (g->paired): y [T][N] = silu(x · gateᵀ) · (x · upᵀ), as matmul_swiglu. */

@@ -21,8 +21,12 @@
  *                           atomics). Wins at T = 1 on the short shapes (attention q|k|v, GDN / attention out)
  *   nvfp4 7  mma_cl12x2     "clustered" (T = 1, sm_90): mma_st's runs and rings inside clusters of 2 blocks, each
  *   nvfp4 8  mma_cl8x3      cluster owning whole tiles, split tiles summed through distributed shared memory after one
- *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on every 27B shape (H200:
- *                           gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head 178 -> 175)
+ *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on gate+up, lm_head and the
+ *                           GDN / attention inputs (H200: gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head 178 -> 175)
+ *   nvfp4 9  mma_ck8x4      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half of
+ *                           every tile's slices (so half of x to prepare) through 8 warps x 4 slots, every p summed in
+ *                           the second block. Wins on the long-K and short-K shapes (H200: down 20.2 -> 18.5 us, GDN /
+ *                           attention out 9.9 -> 9.4)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -1162,6 +1166,80 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     }
 }
 
+/* Variant mma_ck<WPB, D, CL> ("clustered, K split", one token, sm_90): as mma_cl, but block r of each cluster takes
+ * slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the block's (tile, slice) units into
+ * equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34; the x preparation was measured at 3.3
+ * of mma_cl8x3's 20.5 us there, H200), and the ring can be deeper in the shared memory left over. Every unit's p goes
+ * into the last block's shared memory (distributed shared memory), [cluster tiles][S][16]; after one cluster barrier
+ * that block's warps sum each tile in slice order (mma_w1's bits). */
+#define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
+template <int WPB, int D, int CL, bool PAIR>
+__global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
+                                                       const fp4_segments seg, const float *x /* [K] */, int64_t K,
+                                                       int64_t S, int clusters) {
+    cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
+    /* [WPB][D][FP4_BLOCK_U4] rings, [ceil(S/CL)][32][4] uint4 and [ceil(S/CL)] f32 of x, then [tiles of the cluster]
+     * [S][16] f32 sums (the last block's are the ones written and read) */
+    extern __shared__ uint4 fp4_st_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
+    const int cl = (int)(blockIdx.x / CL), r = (int)(blockIdx.x % CL), tiles = (int)seg.tile_begin[seg.count];
+    const int t0 = (int)((int64_t)cl * tiles / clusters), nt = (int)((int64_t)(cl + 1) * tiles / clusters) - t0;
+    const int sa = r * Si / CL, Sb = (r + 1) * Si / CL - sa, Ub = nt * Sb; /* this block's slices and units */
+    const int v0 = warp * Ub / WPB, v1 = (warp + 1) * Ub / WPB;            /* this warp's run of them */
+    uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
+    float *sums = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(fp4_st_smem) +
+                                            fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL));
+    const unsigned sums_at = cluster_smem_addr(sums, CL - 1);
+    /* the copy head: unit cv of the run (tile t0 + ct, slice cs) at next, into slot ck */
+    int cv = v0, ct = v0 / Sb, cs = sa + v0 % Sb, ck = 0;
+    const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + ct) * Si + cs) * FP4_BLOCK_U4 + lane;
+    auto copy_next = [&] {
+        if (cv < v1) fp4_copy_slice(ring + ck * FP4_BLOCK_U4 + lane, next);
+        cp_async_commit();
+        cv++, ck = ck == D - 1 ? 0 : ck + 1, next += FP4_BLOCK_U4;
+        if (++cs == sa + Sb) cs = sa, next += (int64_t)(Si - Sb) * FP4_BLOCK_U4;
+    };
+    copy_next(); /* slot 0 before the wait, as mma_cl (the weights are written only at load) */
+    pdl_start();
+    uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
+    fp4_prep_block<(FP4_CK_PREP_SLICES + WPB - 1) / WPB>(x + (int64_t)sa * FP4_SLICE, K - (int64_t)sa * FP4_SLICE, Sb,
+                                                          xsh, reinterpret_cast<float *>(xsh + Sb * 128), [&] {
+#pragma unroll
+                                                              for (int j = 1; j < D; j++) copy_next();
+                                                          });
+    const fp4_xsrc xs = {xsh, reinterpret_cast<const float *>(xsh + Sb * 128)};
+    const uint2 *xf_lane[1];
+    fp4_x_lanes<1, true>(xs, Sb, 1, 0, lane, xf_lane);
+    cluster_wait();
+    int lt = v0 / Sb, s = v0 % Sb; /* the unit being consumed: tile t0 + lt, slice sa + s */
+    for (int v = v0, k = 0; v < v1; v++, k = k == D - 1 ? 0 : k + 1) {
+        float p[1][2];
+        fp4_slot_p<1, D, true>(ring + k * FP4_BLOCK_U4, lane, xf_lane, xs, Sb, 1, 0, s, p);
+        copy_next(); /* the slot's registers are consumed: unit v + D */
+        if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
+            const unsigned at = sums_at + (unsigned)(((lt * Si + sa + s) * 16 + g) * 4);
+            cluster_store_f32(at, p[0][0]);
+            cluster_store_f32(at + 32, p[0][1]);
+        }
+        if (++s == Sb) s = 0, lt++;
+    }
+    cp_async_wait<0>();
+    cluster_arrive();
+    if (r != CL - 1) return; /* nothing reads this block's shared memory */
+    cluster_wait();          /* every unit's p is in this block's shared memory */
+    for (int j = warp; j < nt; j += WPB) {
+        const float *tile_sums = sums + (size_t)j * Si * 16;
+        float acc[1][2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float a = tile_sums[g + 8 * h];
+            for (int i = 1; i < Si; i++) a += tile_sums[i * 16 + g + 8 * h];
+            acc[0][h] = a;
+        }
+        fp4_store<1, PAIR>(fp4_tile_target(seg, t0 + j), 1, 0, lane, acc);
+    }
+}
+
 /* Variant mma_il<WPB, D> ("interleaved"): each block owns an equal run of whole tiles, and its warps take the block's
  * (slice, tile) units in turn, slice after slice (warp w: units w, w + WPB, ...), streamed through mma_st's rings. So
  * at any moment a block's warps work on one or two slices, and at T > 1 those slices' x fragments (16 KB per slice
@@ -1470,6 +1548,32 @@ static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const floa
     return true;
 }
 
+/* mma_ck's shared memory at up to `tiles_per_cluster` tiles per cluster. */
+static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_cluster) {
+    return fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL) + (size_t)tiles_per_cluster * S * 16 * sizeof(float);
+}
+/* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
+ * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
+template <int WPB, int D, int CL, bool PAIR>
+static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
+    if (T != 1 || compute_major() < 9) return false;
+    const int64_t tiles = seg.tile_begin[seg.count];
+    const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL)); /* clusters, at most */
+    static fp4_occupancy occ;
+    size_t smem = fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
+    int clusters = (int)fp4_cluster_grid(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
+        smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
+        const int again = (int)fp4_cluster_grid(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+        clusters = again >= clusters ? clusters : 0;
+    }
+    if (clusters < 1) return false;
+    QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
+    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K,
+                       S, clusters);
+    return true;
+}
+
 template <bool PAIR>
 static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, int64_t S, int T) {
     const size_t smem = 2 * GEMM_SLICE_U4 * sizeof(uint4);
@@ -1482,8 +1586,9 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
 }
 
 static const char *const fp4_variant_names[] = {"mma_w1",   "mma_k4",     "mma_k4_sx", "mma_st12x2", "mma_st16x2",
-                                                "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3"};
-#define FP4_VARIANTS 9
+                                                "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3",
+                                                "mma_ck8x4"};
+#define FP4_VARIANTS 10
 
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1533,7 +1638,8 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
         break;
     case 6: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     case 7: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    case 8: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_ck<8, 4, 2, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st or mma_cl cannot fit one block, mma_cl above one token or below sm_90,
                  * mma_gemm below 16 tokens (same bits; the autotuner does not time them there: fp4_variant_own) */
@@ -1548,16 +1654,24 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
     else launch_fp4_variant_t<false>(v, blocks, seg, K, x, T);
 }
 
-/* Whether variant v runs its own kernel at T tokens (not mma_w1 in its place; a K too long for one block of mma_st
- * or mma_cl is not caught here: it too runs mma_w1). */
-static bool fp4_variant_own(int v, int T) {
+/* Whether variant v runs its own kernel at T tokens on an N x K weight (not mma_w1 in its place; a K too long for one
+ * block of mma_st or mma_cl is not caught here: it too runs mma_w1). mma_ck: its cluster's sums must fit beside the
+ * ring when every SM holds one block (lm_head's do not). */
+static bool fp4_variant_own(int v, int T, int64_t N, int64_t K) {
     if (v == 5) return T >= 16;
-    if (v == 7 || v == 8) return T == 1 && compute_major() >= 9;
-    return true;
+    if (v < 7) return true;
+    if (T != 1 || compute_major() < 9) return false;
+    if (v < 9) return true;
+    const int64_t tiles = (N + 15) / 16, fit = QRT_MIN(tiles, (int64_t)(sm_count() / 2));
+    int optin = 0;
+    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    return fp4_ck_smem(8, 4, 2, qrt_nvfp4_row_elems(K) / FP4_SLICE, (tiles + fit - 1) / fit) <= (size_t)optin;
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
-extern "C" int qrt_nvfp4_variant_runs(int v, int T) { return v >= 0 && v < FP4_VARIANTS && fp4_variant_own(v, T); }
+extern "C" int qrt_nvfp4_variant_runs(int v, int T, int64_t n, int64_t k) {
+    return v >= 0 && v < FP4_VARIANTS && fp4_variant_own(v, T, n, k);
+}
 extern "C" const char *qrt_nvfp4_variant_name(int v) { return v >= 0 && v < FP4_VARIANTS ? fp4_variant_names[v] : "?"; }
 extern "C" int qrt_nvfp4_variant_order(int v) { return v >= 0 && v < FP4_VARIANTS ? 0 : -1; }
 
@@ -1793,7 +1907,7 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     int best = 0;
     float best_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
-        if (!fp4_variant_own(v, T)) continue; /* it would time mma_w1 again, and could win the pick by noise */
+        if (!fp4_variant_own(v, T, W->n, W->k)) continue; /* it would time mma_w1 again, and could win the pick by noise */
         float ms = time_variant(v, &tw, x, T, y);
         if (ms < best_ms) best_ms = ms, best = v;
     }
