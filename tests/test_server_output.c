@@ -19,6 +19,8 @@ static void run(qrt_output *o, const char *text, int bytewise) {
 }
 
 static const char *str(const qrt_buf *b) { return b->p ? b->p : ""; }
+/* A JSON string's text, "(not a string)" when it is missing or not a string (so a check fails instead of crashing). */
+static const char *json_str(const json_t *v) { return json_is_string(v) ? json_string_value(v) : "(not a string)"; }
 
 static void test_stops(void) {
     for (int bytewise = 0; bytewise < 2; bytewise++) {
@@ -92,18 +94,17 @@ static void test_tool_calls(void) {
         CHECK(calls && json_array_size(calls) == 2, "two tool calls");
         if (calls && json_array_size(calls) == 2) {
             json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
-            CHECK(!strcmp(json_string_value(json_object_get(f0, "name")), "get_weather"), "name");
-            json_t *args = json_loads(json_string_value(json_object_get(f0, "arguments")), 0, NULL);
-            CHECK(json_is_string(json_object_get(args, "city")) &&
-                      !strcmp(json_string_value(json_object_get(args, "city")), "Paris"), "city is a string");
+            CHECK(!strcmp(json_str(json_object_get(f0, "name")), "get_weather"), "name");
+            json_t *args = json_loads(json_str(json_object_get(f0, "arguments")), 0, NULL);
+            CHECK(!strcmp(json_str(json_object_get(args, "city")), "Paris"), "city is a string");
             CHECK(json_integer_value(json_object_get(args, "days")) == 3, "days is an integer");
             CHECK(json_is_string(json_object_get(args, "zip")), "a string parameter stays a string even if numeric");
             CHECK(json_is_object(json_object_get(args, "opts")), "an object parameter is parsed");
             json_decref(args);
             json_t *f1 = json_object_get(json_array_get(calls, 1), "function");
-            CHECK(!strcmp(json_string_value(json_object_get(f1, "name")), "get_time"), "JSON-style call");
-            CHECK(!strcmp(json_string_value(json_object_get(f1, "arguments")), "{\"tz\":\"CET\"}"), "its arguments '%s'",
-                  json_string_value(json_object_get(f1, "arguments")));
+            CHECK(!strcmp(json_str(json_object_get(f1, "name")), "get_time"), "JSON-style call");
+            CHECK(!strcmp(json_str(json_object_get(f1, "arguments")), "{\"tz\":\"CET\"}"), "its arguments '%s'",
+                  json_str(json_object_get(f1, "arguments")));
         }
         json_decref(calls);
         qrt_output_free(&o);
@@ -113,7 +114,7 @@ static void test_tool_calls(void) {
     const char *bare = "<tool_call> {\"name\": \"get_time\"}\n</tool_call>";
     json_t *calls = qrt_oa_tool_calls(bare, strlen(bare), tools);
     json_t *f = json_object_get(json_array_get(calls, 0), "function");
-    CHECK(calls && json_array_size(calls) == 1 && !strcmp(json_string_value(json_object_get(f, "arguments")), "{}"),
+    CHECK(calls && json_array_size(calls) == 1 && !strcmp(json_str(json_object_get(f, "arguments")), "{}"),
           "a call without arguments");
     json_decref(calls);
     /* a function name that is not UTF-8: no call, nothing leaked */
