@@ -53,6 +53,13 @@ __device__ __forceinline__ void pdl_start(void) {
 }
 /* 1 when launches may overlap their predecessor: compute capability 9.0 or more and QRT_CUDA_PDL not 0. */
 int qrt_cuda_pdl(void);
+/* The launch attribute that groups a grid's blocks into clusters of `cluster` along x (sm_90). */
+static inline cudaLaunchAttribute qrt_cluster_attr(int cluster) {
+    cudaLaunchAttribute a;
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = (unsigned)cluster, a.val.clusterDim.y = 1, a.val.clusterDim.z = 1;
+    return a;
+}
 /* cluster: blocks per thread-block cluster along x (1: no cluster; more needs sm_90, and the grid a multiple of it). */
 template <typename... P, typename... A>
 static inline void qrt_launch_at(const char *file, int line, int cluster, void (*kernel)(P...), dim3 grid, dim3 block,
@@ -68,10 +75,7 @@ static inline void qrt_launch_at(const char *file, int line, int cluster, void (
         attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster > 1) {
-        attrs[n].id = cudaLaunchAttributeClusterDimension;
-        attrs[n].val.clusterDim.x = (unsigned)cluster, attrs[n].val.clusterDim.y = 1, attrs[n++].val.clusterDim.z = 1;
-    }
+    if (cluster > 1) attrs[n++] = qrt_cluster_attr(cluster);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = cudaStreamPerThread;
     cfg.attrs = attrs, cfg.numAttrs = n;

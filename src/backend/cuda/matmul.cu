@@ -493,15 +493,23 @@ struct fp4_slice_regs {
     uint2 sa, sb;
 };
 #define FP4_BLOCK_U4 (FP4_BLOCK_BYTES / 16) /* a slice block in 16-byte units: 256 of codes, 32 of scales */
-/* Weight loads: read once, so not allocated in L1 (kept for x). volatile, because the mma asm is volatile too:
- * the compiler then keeps all of a slice's loads ahead of its first mma. With plain loads it sank them between
- * the chunk steps to save registers, and a warp waited out the memory latency four times per slice (measured:
- * down 50 µs against 37 µs). */
+/* Weight loads: read once, so not allocated in L1 (kept for x), and first to leave the L2 (l2_evict_first), so that
+ * what later launches read again (x, the KV cache, the GDN states, kernel code) is less often pushed out by the
+ * ~15 GB of weights a token streams (H200, decode 175.9 -> 177.6-178.8 tok/s plain, 419-420 -> 429-431 at K=6; which
+ * of those reads gained was not measured). volatile, because
+ * the mma asm is volatile too: the compiler then keeps all of a slice's loads ahead of its first mma. With plain loads
+ * it sank them between the chunk steps to save registers, and a warp waited out the memory latency four times per
+ * slice (measured: down 50 µs against 37 µs). */
+__device__ __forceinline__ uint64_t l2_evict_first(void) {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy)); /* pure: computed once per kernel */
+    return policy;
+}
 __device__ __forceinline__ uint4 ld_stream16(const uint4 *p) {
     uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
+                 : "l"(p), "l"(l2_evict_first()));
     return r;
 }
 /* The slice block of one (tile, slice) in the slice-block layout ("Device layouts", top of file): lane l's codes of row
@@ -826,13 +834,19 @@ __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
 }
+/* The same for weights, read once per launch: first to leave the L2 (see ld_stream16). */
+__device__ __forceinline__ void cp_async16_stream(uint4 *smem, const uint4 *gmem, uint64_t policy) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "l"(policy));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* This lane's 9 uint4 of a slice block into the same places of a ring slot (both pointers already at the lane). */
 __device__ __forceinline__ void fp4_copy_slice(uint4 *slot_lane, const uint4 *block_lane) {
+    const uint64_t policy = l2_evict_first();
 #pragma unroll
-    for (int j = 0; j < 9; j++) cp_async16(slot_lane + j * 32, block_lane + j * 32);
+    for (int j = 0; j < 9; j++) cp_async16_stream(slot_lane + j * 32, block_lane + j * 32, policy);
 }
 /* A split tile's slice: this lane's sums (token 4·nt + c, rows g and g+8) of tokens < tp into part [u][tp][16]. */
 template <int NT>
@@ -1482,9 +1496,7 @@ template <typename F>
 static int64_t fp4_cluster_grid(F kernel, int threads, size_t smem, int CL, fp4_occupancy &o, int64_t most) {
     if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
     if (smem != o.smem) {
-        cudaLaunchAttribute cluster;
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = (unsigned)CL, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+        cudaLaunchAttribute cluster = qrt_cluster_attr(CL);
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)(CL * sm_count())), cfg.blockDim = dim3((unsigned)threads);
         cfg.dynamicSmemBytes = smem, cfg.attrs = &cluster, cfg.numAttrs = 1;
