@@ -497,10 +497,9 @@ struct fp4_slice_regs {
 /* Weight loads: read once, so not allocated in L1 (kept for x), and first to leave the L2 (l2_evict_first), so that
  * what later launches read again (x, the KV cache, the GDN states, kernel code) is less often pushed out by the
  * ~15 GB of weights a token streams (H200, decode 175.9 -> 177.6-178.8 tok/s plain, 419-420 -> 429-431 at K=6; which
- * of those reads gained was not measured). volatile, because
- * the mma asm is volatile too: the compiler then keeps all of a slice's loads ahead of its first mma. With plain loads
- * it sank them between the chunk steps to save registers, and a warp waited out the memory latency four times per
- * slice (measured: down 50 µs against 37 µs). */
+ * of those reads gained was not measured). volatile, because the mma asm is volatile too: the compiler then keeps all
+ * of a slice's loads ahead of its first mma. With plain loads it sank them between the chunk steps to save registers,
+ * and a warp waited out the memory latency four times per slice (measured: down 50 µs against 37 µs). */
 __device__ __forceinline__ uint64_t l2_evict_first(void) {
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy)); /* pure: computed once per kernel */
@@ -1598,10 +1597,14 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
     QRT_LAUNCH(fp4_mma_gemm<PAIR>, (unsigned)grid, GEMM_WARPS * 32, smem, blocks, seg, xs, S, T);
 }
 
-static const char *const fp4_variant_names[] = {"mma_w1",   "mma_k4",     "mma_k4_sx", "mma_st12x2", "mma_st16x2",
-                                                "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3",
-                                                "mma_ck8x4"};
-#define FP4_VARIANTS 10
+/* The variants by index (the tune cache and QRT_NVFP4_VARIANT use the indices; new ones go at the end). */
+enum {
+    FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X4,
+    FP4_VARIANTS
+};
+static const char *const fp4_variant_names[FP4_VARIANTS] = {
+    "mma_w1",   "mma_k4",     "mma_k4_sx",  "mma_st12x2", "mma_st16x2",
+    "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3",  "mma_ck8x4"};
 
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1627,7 +1630,7 @@ template <bool PAIR>
 static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x,
                                  int T) {
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE;
-    const bool sx = T == 1 && v != 1;
+    const bool sx = T == 1 && v != FP4_K4;
     fp4_xsrc xs = {NULL, NULL};
     if (!sx) {
         const float *xscale = fp4_prepare_x(x, K, T, S); /* may grow xf_buf: read it after */
@@ -1635,27 +1638,28 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     }
     bool ran = true;
     switch (v) {
-    case 0: ran = false; break; /* mma_w1, below */
-    case 1:
-    case 2:
+    case FP4_W1: ran = false; break; /* below */
+    case FP4_K4:
+    case FP4_K4_SX:
         if (sx) launch_k<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else if (T > 8) launch_k<4, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         else if (T > 4) launch_k<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_k<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         break;
-    case 3: ran = launch_st_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    case 4: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    case 5:
+    case FP4_ST12X2: ran = launch_st_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case FP4_ST16X2: ran = launch_st_t<16, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case FP4_GEMM:
         if (T >= 16) launch_gemm<PAIR>(blocks, seg, xs, S, T);
         else ran = false; /* mma_w1 below */
         break;
-    case 6: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
-    case 7: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
-    case 8: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_IL12X2: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
+    case FP4_CL12X2: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CL8X3: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
     default: ran = launch_ck<8, 4, 2, PAIR>(blocks, seg, x, K, S, T); break;
     }
-    if (!ran) { /* mma_w1; also where mma_st or mma_cl cannot fit one block, mma_cl above one token or below sm_90,
-                 * mma_gemm below 16 tokens (same bits; the autotuner does not time them there: fp4_variant_own) */
+    if (!ran) { /* mma_w1; also where mma_st, mma_cl or mma_ck cannot fit one block, mma_cl and mma_ck above one token
+                 * or below sm_90, mma_gemm below 16 tokens (same bits; the autotuner does not time them there:
+                 * fp4_variant_own) */
         if (sx) launch_w1<1, 4, true, PAIR>(blocks, seg, xs, x, K, S, T);
         else if (T > 4) launch_w1<2, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
         else launch_w1<1, 4, false, PAIR>(blocks, seg, xs, x, K, S, T);
@@ -1671,10 +1675,10 @@ static void launch_fp4_variant(int v, const uint8_t *blocks, const fp4_segments 
  * block of mma_st or mma_cl is not caught here: it too runs mma_w1). mma_ck: its cluster's sums must fit beside the
  * ring when every SM holds one block (lm_head's do not). */
 static bool fp4_variant_own(int v, int T, int64_t N, int64_t K) {
-    if (v == 5) return T >= 16;
-    if (v < 7) return true;
-    if (T != 1 || compute_major() < 9) return false;
-    if (v < 9) return true;
+    if (v == FP4_GEMM) return T >= 16;
+    if (v < FP4_CL12X2) return true;
+    if (T != 1 || compute_major() < 9) return false; /* the clustered variants */
+    if (v != FP4_CK8X4) return true;
     const int64_t tiles = (N + 15) / 16, fit = QRT_MIN(tiles, (int64_t)(sm_count() / 2));
     int optin = 0;
     QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
