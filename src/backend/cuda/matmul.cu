@@ -21,12 +21,13 @@
  *                           atomics). Wins at T = 1 on the short shapes (attention q|k|v, GDN / attention out)
  *   nvfp4 7  mma_cl12x2     "clustered" (T = 1, sm_90): mma_st's runs and rings inside clusters of 2 blocks, each
  *   nvfp4 8  mma_cl8x3      cluster owning whole tiles, split tiles summed through distributed shared memory after one
- *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on gate+up, lm_head and the
- *                           GDN / attention inputs (H200: gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head 178 -> 175)
- *   nvfp4 9  mma_ck8x4      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half of
- *                           every tile's slices (so half of x to prepare) through 8 warps x 4 slots, every p summed in
- *                           the second block. Wins on the long-K and short-K shapes (H200: down 20.2 -> 18.5 us, GDN /
- *                           attention out 9.9 -> 9.4)
+ *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on gate+up, lm_head and
+ *                           the GDN / attention inputs (H200: gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head
+ *                           178 -> 175)
+ *   nvfp4 9  mma_ck8x4      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half
+ *                           of every tile's slices (so half of x to prepare) through 8 warps x 4 slots, every p summed
+ *                           in the second block. Wins on the long-K and short-K shapes (H200: down 20.2 -> 18.5 us,
+ *                           GDN / attention out 9.9 -> 9.4)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -1475,35 +1476,31 @@ static void fp4_st_scratch(int64_t units, int tp, int64_t tiles) {
     }
 }
 
-/* The grid of a ring kernel: as many blocks of `kernel` (threads each, smem of dynamic shared memory) as fit on the
- * GPU at once, at most `most`; 0 when not one fits. The calculator's answer is kept per kernel (in the caller's
- * static) for the last smem it was asked about. */
+/* The grid of a ring kernel: how many blocks (cl = 1) or clusters of cl blocks of `kernel` (threads each, smem bytes
+ * of dynamic shared memory) fit on the GPU at once, at most `most`; 0 when not one fits. The calculator's answer is
+ * kept per kernel (in the caller's static) for the last smem it was asked about. */
 typedef struct {
     size_t granted, smem;
-    int blocks; /* per SM (fp4_ring_grid), or clusters on the GPU (fp4_cluster_grid) */
+    int resident; /* blocks or clusters on the GPU at once */
 } fp4_occupancy;
 template <typename F>
-static int64_t fp4_ring_grid(F kernel, int threads, size_t smem, fp4_occupancy &o, int64_t most) {
+static int64_t fp4_resident(F kernel, int threads, size_t smem, int cl, fp4_occupancy &o, int64_t most) {
     if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
     if (smem != o.smem) {
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks, kernel, threads, smem));
+        if (cl == 1) {
+            int per_sm = 0;
+            QRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+            o.resident = per_sm * sm_count();
+        } else {
+            cudaLaunchAttribute cluster = qrt_cluster_attr(cl);
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3((unsigned)(cl * sm_count())), cfg.blockDim = dim3((unsigned)threads);
+            cfg.dynamicSmemBytes = smem, cfg.attrs = &cluster, cfg.numAttrs = 1;
+            QRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.resident, kernel, &cfg));
+        }
         o.smem = smem;
     }
-    return QRT_MIN((int64_t)o.blocks * sm_count(), most);
-}
-/* The same in clusters of CL blocks: as many clusters as fit on the GPU at once, at most `most`; 0 if none fits. */
-template <typename F>
-static int64_t fp4_cluster_grid(F kernel, int threads, size_t smem, int CL, fp4_occupancy &o, int64_t most) {
-    if (!fp4_smem_opt_in(kernel, smem, o.granted)) return 0;
-    if (smem != o.smem) {
-        cudaLaunchAttribute cluster = qrt_cluster_attr(CL);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(CL * sm_count())), cfg.blockDim = dim3((unsigned)threads);
-        cfg.dynamicSmemBytes = smem, cfg.attrs = &cluster, cfg.numAttrs = 1;
-        QRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.blocks, kernel, &cfg));
-        o.smem = smem;
-    }
-    return QRT_MIN((int64_t)o.blocks, most);
+    return QRT_MIN((int64_t)o.resident, most);
 }
 
 /* mma_st: as many blocks as fit at once (measured by the occupancy calculator for this shared-memory size), never
@@ -1515,7 +1512,8 @@ static bool launch_st(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     const size_t smem = fp4_ring_smem(WPB, D, SX, S);
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
     static fp4_occupancy occ;
-    const int64_t grid = fp4_ring_grid(fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ, (units + WPB - 1) / WPB);
+    const int64_t grid =
+        fp4_resident(fp4_mma_st<NT, WPB, D, SX, PAIR>, WPB * 32, smem, 1, occ, (units + WPB - 1) / WPB);
     if (grid < 1) return false;
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
@@ -1533,7 +1531,7 @@ static bool launch_il(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     const size_t smem = fp4_ring_smem(WPB, D, SX, S);
     const int64_t tiles = seg.tile_begin[seg.count], units = tiles * S;
     static fp4_occupancy occ;
-    const int64_t grid = fp4_ring_grid(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, occ, tiles);
+    const int64_t grid = fp4_resident(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, 1, occ, tiles);
     if (grid < 1) return false;
     fp4_st_scratch(units, QRT_MIN(T, 4 * NT), tiles);
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
@@ -1552,7 +1550,7 @@ static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const floa
     const size_t smem = fp4_ring_smem(WPB, D, true, S) + (size_t)WPB * S * 16 * sizeof(float);
     const int64_t tiles = seg.tile_begin[seg.count];
     static fp4_occupancy occ;
-    const int clusters = (int)fp4_cluster_grid(fp4_mma_cl<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    const int clusters = (int)fp4_resident(fp4_mma_cl<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters < 1) return false;
     QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     QRT_LAUNCH_CLUSTER(CL, fp4_mma_cl<WPB, D, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K,
@@ -1573,10 +1571,10 @@ static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const floa
     const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL)); /* clusters, at most */
     static fp4_occupancy occ;
     size_t smem = fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
-    int clusters = (int)fp4_cluster_grid(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
         smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
-        const int again = (int)fp4_cluster_grid(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
         clusters = again >= clusters ? clusters : 0;
     }
     if (clusters < 1) return false;
@@ -1943,7 +1941,8 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     int best = 0, second = -1;
     float best_ms = 1e30f, second_ms = 1e30f;
     for (int v = 0; v < FP4_VARIANTS; v++) {
-        if (!fp4_variant_own(v, T, W->n, W->k)) continue; /* it would time mma_w1 again, and could win the pick by noise */
+        /* a variant that would run mma_w1 in its place is not timed: it could win the pick by noise */
+        if (!fp4_variant_own(v, T, W->n, W->k)) continue;
         float ms = time_variant(v, &tw, x, T, y);
         if (ms < best_ms) second = best, second_ms = best_ms, best = v, best_ms = ms;
         else if (ms < second_ms) second = v, second_ms = ms;
