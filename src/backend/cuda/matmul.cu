@@ -1420,11 +1420,15 @@ static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {
 
 /* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. False (nothing set) when smem is more
  * than a block may opt in to. */
+/* The most dynamic shared memory one block may opt in to on device 0 (asked once). */
+static size_t smem_optin(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    return (size_t)n;
+}
 template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
     if (smem <= granted || smem <= 48 * 1024) return true;
-    int optin = 0;
-    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    if (smem > (size_t)optin) return false;
+    if (smem > smem_optin()) return false;
     QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     granted = smem;
     return true;
@@ -1562,15 +1566,23 @@ static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const floa
 static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_cluster) {
     return fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL) + (size_t)tiles_per_cluster * S * 16 * sizeof(float);
 }
+/* The same when the clusters fill the GPU, one block per SM (the fewest tiles per cluster): the least it can need. */
+static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles) {
+    const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL));
+    return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
+}
+/* The mma_ck variant's shape (nvfp4 9): warps per block, ring slots, blocks per cluster. */
+#define FP4_CK_WPB 8
+#define FP4_CK_D 4
+#define FP4_CK_CL 2
 /* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
  * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
 template <int WPB, int D, int CL, bool PAIR>
 static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const int64_t tiles = seg.tile_begin[seg.count];
-    const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL)); /* clusters, at most */
     static fp4_occupancy occ;
-    size_t smem = fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
+    size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles);
     int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
         smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
@@ -1653,7 +1665,7 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     case FP4_IL12X2: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     case FP4_CL12X2: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
     case FP4_CL8X3: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_ck<8, 4, 2, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_ck<FP4_CK_WPB, FP4_CK_D, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st, mma_cl or mma_ck cannot fit one block, mma_cl and mma_ck above one token
                  * or below sm_90, mma_gemm below 16 tokens (same bits; the autotuner does not time them there:
@@ -1677,10 +1689,8 @@ static bool fp4_variant_own(int v, int T, int64_t N, int64_t K) {
     if (v < FP4_CL12X2) return true;
     if (T != 1 || compute_major() < 9) return false; /* the clustered variants */
     if (v != FP4_CK8X4) return true;
-    const int64_t tiles = (N + 15) / 16, fit = QRT_MIN(tiles, (int64_t)(sm_count() / 2));
-    int optin = 0;
-    QRT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    return fp4_ck_smem(8, 4, 2, qrt_nvfp4_row_elems(K) / FP4_SLICE, (tiles + fit - 1) / fit) <= (size_t)optin;
+    return fp4_ck_smem_full(FP4_CK_WPB, FP4_CK_D, FP4_CK_CL, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16) <=
+           smem_optin();
 }
 
 extern "C" int qrt_nvfp4_variant_count(void) { return FP4_VARIANTS; }
@@ -1874,12 +1884,8 @@ static float time_variant(int v, const tune_weights *tw, const float *x, int T, 
     QRT_CUDA_CHECK(cudaEventDestroy(b));
     QRT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     QRT_CUDA_CHECK(cudaGraphDestroy(g));
-    for (int i = 1; i < 5; i++) /* insertion sort; median = ms[2] */
-        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-            float t = ms[j];
-            ms[j] = ms[j - 1], ms[j - 1] = t;
-        }
-    return ms[2] / TUNE_GRAPH_LAUNCHES;
+    std::sort(ms, ms + 5);
+    return ms[2] / TUNE_GRAPH_LAUNCHES; /* the median */
 }
 
 /* Two variants whose first timings are this close are timed again, in turns (tune_final). */
