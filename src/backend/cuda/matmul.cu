@@ -24,10 +24,11 @@
  *                           cluster barrier (12 warps x 2 slots or 8 x 3). Win at T = 1 on gate+up, lm_head and
  *                           the GDN / attention inputs (H200: gate+up 34.6 -> 30.8 us, down 21.7 -> 20.5, lm_head
  *                           178 -> 175)
- *   nvfp4 9  mma_ck8x4      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half
- *                           of every tile's slices (so half of x to prepare) through 8 warps x 4 slots, every p summed
- *                           in the second block. Wins on the long-K and short-K shapes (H200: down 20.2 -> 18.5 us,
- *                           GDN / attention out 9.9 -> 9.4)
+ *   nvfp4 9  mma_ck8x3      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half
+ *   nvfp4 10 mma_ck8x2e     of every tile's slices (so half of x to prepare), every p summed in the second block;
+ *   nvfp4 11 mma_ck12x2     8 warps x 3 slots, 8 x 2 refilled as soon as a slot is read (e: early), 12 x 2. Win on
+ *                           the long-K and short-K shapes (H200: down 20.2 -> 17.1-17.3 us with 8x2e, GDN / attention
+ *                           out 9.9 -> 9.2 with 8x3, MTP fc 13.2 -> 11.9 with 12x2)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -960,17 +961,31 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     }
 }
 
-/* The unit in ring slot `slot` (slice s), once its copy group, the oldest in flight, has landed: this lane's p. */
-template <int NT, int D, bool SX>
+/* 0, from one word of each of the slice's 9 loads: an address that adds it makes the copy that refills the slot wait
+ * until those shared-memory loads have returned (cp.async is not otherwise ordered after earlier reads of its
+ * destination). popc ≤ 32, so the shift always gives 0; the compiler cannot know that the xor is spent. */
+__device__ __forceinline__ uint32_t fp4_slice_landed(const fp4_slice_regs &r) {
+    uint32_t v = r.sa.x;
+#pragma unroll
+    for (int q = 0; q < 4; q++) v ^= r.ca[q].x ^ r.cb[q].x;
+    return (uint32_t)__popc(v) >> 6;
+}
+/* The unit in ring slot `slot` (slice s), once its copy group, the oldest in flight, has landed: this lane's p; then
+ * refill(0) refills the slot. EARLY: refill(landed) as soon as the slot's words are in registers (landed: 0, to add to
+ * the slot's address, fp4_slice_landed), so the ring keeps D copies in flight through the mma instead of D - 1. */
+template <int NT, int D, bool SX, bool EARLY, typename F>
 __device__ __forceinline__ void fp4_slot_p(const uint4 *slot, int lane, const uint2 *const (&xf_lane)[NT],
-                                           const fp4_xsrc &xs, int64_t S, int T, int t0, int64_t s, float (&p)[NT][2]) {
+                                           const fp4_xsrc &xs, int64_t S, int T, int t0, int64_t s, float (&p)[NT][2],
+                                           F refill) {
     cp_async_wait<D - 1>();
     fp4_slice_regs cur;
     fp4_load_slice<false>(cur, slot, lane);
+    if (EARLY) refill(fp4_slice_landed(cur));
     const uint2 *xf_s[NT];
     float xsc[NT];
     fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
     fp4_slice_mma<NT, SX>(cur, xf_s, xsc, p);
+    if (!EARLY) refill(0u);
 }
 
 /* Units u0 + J0 .. u0 + J1 - 1 of a run (u0.. ending at u1; next points at unit u0 + J0) into ring slots J0..J1-1 of
@@ -1029,11 +1044,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     for (int u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[NT][2];
-        fp4_slot_p<NT, D, SX>(slot, lane, xf_lane, xs, S, T, t0, s, p);
-        /* the slot's registers are consumed: refill it with the unit D ahead */
-        if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
-        next += FP4_BLOCK_U4;
-        cp_async_commit();
+        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t landed) {
+            if (u + D < u1) fp4_copy_slice(slot + lane + landed, next); /* next: unit u + D */
+            next += FP4_BLOCK_U4;
+            cp_async_commit();
+        });
         if (whole) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
@@ -1145,10 +1160,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     for (int u = u0, k = 0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[1][2];
-        fp4_slot_p<1, D, true>(slot, lane, xf_lane, xs, S, 1, 0, s, p);
-        if (u + D < u1) fp4_copy_slice(slot + lane, next); /* the slot's registers are consumed: unit u + D */
-        next += FP4_BLOCK_U4;
-        cp_async_commit();
+        fp4_slot_p<1, D, true, false>(slot, lane, xf_lane, xs, S, 1, 0, s, p, [&](uint32_t landed) {
+            if (u + D < u1) fp4_copy_slice(slot + lane + landed, next); /* unit u + D */
+            next += FP4_BLOCK_U4;
+            cp_async_commit();
+        });
         if (whole) {
 #pragma unroll
             for (int r = 0; r < 2; r++) acc[0][r] = s == 0 ? p[0][r] : acc[0][r] + p[0][r];
@@ -1181,14 +1197,16 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     }
 }
 
-/* Variant mma_ck<WPB, D, CL> ("clustered, K split", one token, sm_90): as mma_cl, but block r of each cluster takes
- * slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the block's (tile, slice) units into
- * equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34; the x preparation was measured at 3.3
- * of mma_cl8x3's 20.5 us there, H200), and the ring can be deeper in the shared memory left over. Every unit's p goes
- * into the last block's shared memory (distributed shared memory), [cluster tiles][S][16]; after one cluster barrier
- * that block's warps sum each tile in slice order (mma_w1's bits). */
+/* Variant mma_ck<WPB, D, EARLY, CL> ("clustered, K split", one token, sm_90): as mma_cl, but block r of each cluster
+ * takes slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the block's (tile, slice) units
+ * into equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34; the x preparation was measured
+ * at 3.3 of mma_cl8x3's 20.5 us there, H200). Every unit's p goes into the last block's shared memory (distributed
+ * shared memory), [cluster tiles][S][16]; after one cluster barrier that block's warps sum each tile in slice order
+ * (mma_w1's bits). EARLY: each slot refilled as soon as it is read (fp4_slot_p). H200, tilebench M = 1, down_proj:
+ * fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.9, 8 x 3 17.7, 8 x 2 early 17.1-17.3;
+ * early refill made mma_cl slower everywhere (gate+up 8 x 3 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). */
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
-template <int WPB, int D, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const fp4_segments seg, const float *x /* [K] */, int64_t K,
                                                        int64_t S, int clusters) {
@@ -1208,19 +1226,19 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     /* the copy head: unit cv of the run (tile t0 + ct, slice cs) at next, into slot ck */
     int cv = v0, ct = v0 / Sb, cs = sa + v0 % Sb, ck = 0;
     const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + ct) * Si + cs) * FP4_BLOCK_U4 + lane;
-    auto copy_next = [&] {
-        if (cv < v1) fp4_copy_slice(ring + ck * FP4_BLOCK_U4 + lane, next);
+    auto copy_next = [&](uint32_t landed) {
+        if (cv < v1) fp4_copy_slice(ring + ck * FP4_BLOCK_U4 + lane + landed, next);
         cp_async_commit();
         cv++, ck = ck == D - 1 ? 0 : ck + 1, next += FP4_BLOCK_U4;
         if (++cs == sa + Sb) cs = sa, next += (int64_t)(Si - Sb) * FP4_BLOCK_U4;
     };
-    copy_next(); /* slot 0 before the wait, as mma_cl (the weights are written only at load) */
+    copy_next(0); /* slot 0 before the wait, as mma_cl (the weights are written only at load) */
     pdl_start();
     uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
     fp4_prep_block<(FP4_CK_PREP_SLICES + WPB - 1) / WPB>(x + (int64_t)sa * FP4_SLICE, K - (int64_t)sa * FP4_SLICE, Sb,
                                                           xsh, reinterpret_cast<float *>(xsh + Sb * 128), [&] {
 #pragma unroll
-                                                              for (int j = 1; j < D; j++) copy_next();
+                                                              for (int j = 1; j < D; j++) copy_next(0);
                                                           });
     const fp4_xsrc xs = {xsh, reinterpret_cast<const float *>(xsh + Sb * 128)};
     const uint2 *xf_lane[1];
@@ -1229,8 +1247,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     int lt = v0 / Sb, s = v0 % Sb; /* the unit being consumed: tile t0 + lt, slice sa + s */
     for (int v = v0, k = 0; v < v1; v++, k = k == D - 1 ? 0 : k + 1) {
         float p[1][2];
-        fp4_slot_p<1, D, true>(ring + k * FP4_BLOCK_U4, lane, xf_lane, xs, Sb, 1, 0, s, p);
-        copy_next(); /* the slot's registers are consumed: unit v + D */
+        fp4_slot_p<1, D, true, EARLY>(ring + k * FP4_BLOCK_U4, lane, xf_lane, xs, Sb, 1, 0, s, p,
+                                      copy_next); /* unit v + D */
         if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
             const unsigned at = sums_at + (unsigned)(((lt * Si + sa + s) * 16 + g) * 4);
             cluster_store_f32(at, p[0][0]);
@@ -1297,9 +1315,10 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
     for (int j = warp; j < units; j += WPB, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[NT][2];
-        fp4_slot_p<NT, D, SX>(slot, lane, xf_lane, xs, S, T, t0, s, p);
-        if (j + D * WPB < units) copy_next(slot); /* the slot's registers are consumed: refill it */
-        cp_async_commit();
+        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t landed) {
+            if (j + D * WPB < units) copy_next(slot + landed);
+            cp_async_commit();
+        });
         fp4_part_store<NT>(part, (int64_t)(tb0 + t) * Si + s, tp, lane, p);
         step(s, t);
     }
@@ -1571,28 +1590,27 @@ static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles)
     const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL));
     return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
 }
-/* The mma_ck variant's shape (nvfp4 9): warps per block, ring slots, blocks per cluster. */
-#define FP4_CK_WPB 8
-#define FP4_CK_D 4
+/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block and ring slots; blocks per cluster. */
+static const int fp4_ck_shape[3][2] = {{8, 3}, {8, 2}, {12, 2}};
 #define FP4_CK_CL 2
 /* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
  * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
-template <int WPB, int D, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, int CL, bool PAIR>
 static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const int64_t tiles = seg.tile_begin[seg.count];
     static fp4_occupancy occ;
     size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles);
-    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
         smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
-        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
         clusters = again >= clusters ? clusters : 0;
     }
     if (clusters < 1) return false;
     QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
-    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K,
-                       S, clusters);
+    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg,
+                       x, K, S, clusters);
     return true;
 }
 
@@ -1607,14 +1625,15 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
     QRT_LAUNCH(fp4_mma_gemm<PAIR>, (unsigned)grid, GEMM_WARPS * 32, smem, blocks, seg, xs, S, T);
 }
 
-/* The variants by index (the tune cache and QRT_NVFP4_VARIANT use the indices; new ones go at the end). */
+/* The variants by index (the tune cache and QRT_NVFP4_VARIANT use the indices; new ones go at the end; the cache
+ * file's name carries the count, so replacing one (9 was mma_ck8x4 until 2026-12-02, a 10-variant set) changes it). */
 enum {
-    FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X4,
-    FP4_VARIANTS
+    FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X3, FP4_CK8X2E,
+    FP4_CK12X2, FP4_VARIANTS
 };
 static const char *const fp4_variant_names[FP4_VARIANTS] = {
-    "mma_w1",   "mma_k4",     "mma_k4_sx",  "mma_st12x2", "mma_st16x2",
-    "mma_gemm", "mma_il12x2", "mma_cl12x2", "mma_cl8x3",  "mma_ck8x4"};
+    "mma_w1",     "mma_k4",    "mma_k4_sx", "mma_st12x2", "mma_st16x2", "mma_gemm",
+    "mma_il12x2", "mma_cl12x2", "mma_cl8x3", "mma_ck8x3",  "mma_ck8x2e", "mma_ck12x2"};
 
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1665,7 +1684,9 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     case FP4_IL12X2: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     case FP4_CL12X2: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
     case FP4_CL8X3: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_ck<FP4_CK_WPB, FP4_CK_D, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK8X3: ran = launch_ck<8, 3, false, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK8X2E: ran = launch_ck<8, 2, true, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_ck<12, 2, false, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st, mma_cl or mma_ck cannot fit one block, mma_cl and mma_ck above one token
                  * or below sm_90, mma_gemm below 16 tokens (same bits; the autotuner does not time them there:
@@ -1688,8 +1709,9 @@ static bool fp4_variant_own(int v, int T, int64_t N, int64_t K) {
     if (v == FP4_GEMM) return T >= 16;
     if (v < FP4_CL12X2) return true;
     if (T != 1 || compute_major() < 9) return false; /* the clustered variants */
-    if (v != FP4_CK8X4) return true;
-    return fp4_ck_smem_full(FP4_CK_WPB, FP4_CK_D, FP4_CK_CL, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16) <=
+    if (v < FP4_CK8X3) return true;
+    const int *shape = fp4_ck_shape[v - FP4_CK8X3];
+    return fp4_ck_smem_full(shape[0], shape[1], FP4_CK_CL, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16) <=
            smem_optin();
 }
 
