@@ -27,8 +27,8 @@
  *   nvfp4 9  mma_ck8x3      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half
  *   nvfp4 10 mma_ck8x2e     of every tile's slices (so half of x to prepare), every p summed in the second block;
  *   nvfp4 11 mma_ck12x2     8 warps x 3 slots, 8 x 2 refilled as soon as a slot is read (e: early), 12 x 2. Win on
- *                           the long-K and short-K shapes (H200: down 20.2 -> 17.1-17.3 us with 8x2e, GDN / attention
- *                           out 9.9 -> 9.2 with 8x3, MTP fc 13.2 -> 11.9 with 12x2)
+ *                           the long-K and short-K shapes (H200: down 20.2 -> 17.0-17.3 us with 8x2e, GDN / attention
+ *                           out 9.9 -> 9.2-9.3 with 8x3, MTP fc 13.2 -> 11.9-12.1 with 12x2)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -1203,8 +1203,9 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * at 3.3 of mma_cl8x3's 20.5 us there, H200). Every unit's p goes into the last block's shared memory (distributed
  * shared memory), [cluster tiles][S][16]; after one cluster barrier that block's warps sum each tile in slice order
  * (mma_w1's bits). EARLY: each slot refilled as soon as it is read (fp4_slot_p). H200, tilebench M = 1, down_proj:
- * fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.9, 8 x 3 17.7, 8 x 2 early 17.1-17.3;
- * early refill made mma_cl slower everywhere (gate+up 8 x 3 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). */
+ * fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7, 8 x 2 early
+ * 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3 28.5 ->
+ * 29.2) and mma_ck8x4 too (18.4 -> 19.1). */
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
@@ -1628,8 +1629,8 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
 /* The variants by index (the tune cache and QRT_NVFP4_VARIANT use the indices; new ones go at the end; the cache
  * file's name carries the count, so replacing one (9 was mma_ck8x4 until 2026-12-02, a 10-variant set) changes it). */
 enum {
-    FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X3, FP4_CK8X2E,
-    FP4_CK12X2, FP4_VARIANTS
+    FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X3,
+    FP4_CK8X2E, FP4_CK12X2, FP4_VARIANTS
 };
 static const char *const fp4_variant_names[FP4_VARIANTS] = {
     "mma_w1",     "mma_k4",    "mma_k4_sx", "mma_st12x2", "mma_st16x2", "mma_gemm",
