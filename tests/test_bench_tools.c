@@ -142,6 +142,7 @@ static void test_bad_options(void) {
         {qrt_tool_tilebench, 2, {"--reps", "2"}},     {qrt_tool_tilebench, 2, {"--cell-ms", "inf"}},
         {qrt_tool_tilebench, 2, {"--preset", "big"}}, {qrt_tool_tilebench, 4, {"--preset", "tiny", "-m", "/nonexistent"}},
         {qrt_tool_tilebench, 1, {"--threads"}},       {qrt_tool_tilebench, 2, {"--formats", ","}},
+        {qrt_tool_tilebench, 4, {"--device", "cpu", "--variants", "mma_w1"}}, /* NVFP4 variants exist only on CUDA */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[4];

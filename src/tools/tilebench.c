@@ -34,7 +34,8 @@
 static const char *usage =
     "usage: qwenrt tilebench [--device auto|cpu|cuda] [--preset tiny|qwen3.6-27b | -m DIR] [--shapes LIST]\n"
     "                        [--formats nvfp4,bf16,fp8] [--m 1,2,4,7,8,16,64,256 | --full-m] [--reps 20]\n"
-    "                        [--cell-ms 20] [--timing graph|launch] [--threads N] [--json FILE]\n"
+    "                        [--variants LIST] [--cell-ms 20] [--timing graph|launch] [--threads N]\n"
+    "                        [--json FILE]\n"
     "\n"
     "Times every matmul kernel on every matmul shape of a model at M tokens per call, against the read\n"
     "bandwidth measured in the same run. Weights are random; only their shapes and formats matter.\n"
@@ -48,6 +49,9 @@ static const char *usage =
     "                 NVFP4 on the GPU: every variant of the CUDA backend that runs its own kernel at\n"
     "                 that M (not those that would run mma_w1 in its place), the autotuner's pick marked;\n"
     "                 otherwise the backend's matmul (one kernel per format).\n"
+    "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl8x3,mma_ck8x2e); the\n"
+    "                 pick is still the autotuner's, '-' in the summary where it is not named. Under a profiler,\n"
+    "                 set QRT_NVFP4_VARIANT too (or keep a tune cache), so the tuner launches nothing else\n"
     "  --m LIST       tokens per call (1..256; default 1,2,4,7,8,16,64,256: decode, the verify of K = 6 at\n"
     "                 7, and prefill pieces)\n"
     "  --full-m       M = 1..16 (every speculative verify size) plus 64 and 256\n"
@@ -96,6 +100,8 @@ typedef struct {
     int launch_timing; /* --timing launch */
     /* state */
     int gpu, warmups;
+    const char *variants; /* --variants, checked once the device is known */
+    int variant_on[TB_MAX_KERNELS];
     const qrt_backend *be;
     qrt_config cfg;
     tb_shape shapes[TB_MAX_SHAPES];
@@ -138,6 +144,7 @@ static int parse_value(tilebench *b, const char *a, const char *v) {
     if (!strcmp(a, "--preset")) return b->preset = v, 1;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) return b->dir = v, 1;
     if (!strcmp(a, "--json")) return b->json_path = v, 1;
+    if (!strcmp(a, "--variants")) return b->variants = v, 1;
     if (!strcmp(a, "--shapes")) return b->shapes_given = 1, parse_words(a, v, shape_words, TB_MAX_SHAPES, b->shape_on);
     if (!strcmp(a, "--m")) return qrt_tool_int_list("tilebench", a, v, 1, TB_MAX_T, TB_MAX_M, b->m, &b->n_m);
     if (!strcmp(a, "--reps")) return qrt_tool_int("tilebench", a, v, 3, 1000, &b->reps);
@@ -415,8 +422,10 @@ static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
     if (b->gpu && fmt == QRT_WF_NVFP4) {
         int n = qrt_nvfp4_variant_count();
         n = n > TB_MAX_KERNELS ? TB_MAX_KERNELS : n;
-        for (int i = 0; i < n; i++) v[i] = i;
-        return n;
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (!b->variants || b->variant_on[i]) v[k++] = i;
+        return k;
     }
 #endif
     v[0] = -1;
@@ -559,6 +568,20 @@ static double estimate_s(const tilebench *b) {
     return s_total;
 }
 
+/* --variants against the CUDA backend's NVFP4 variant names (they exist only there). 0 after a message. */
+static int variants_of(tilebench *b) {
+#ifdef QRT_HAVE_CUDA
+    if (b->gpu) {
+        const char *names[TB_MAX_KERNELS];
+        const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS);
+        for (int i = 0; i < n; i++) names[i] = qrt_nvfp4_variant_name(i);
+        return parse_words("--variants", b->variants, names, n, b->variant_on);
+    }
+#endif
+    fprintf(stderr, "qwenrt tilebench: --variants names NVFP4 kernels of the CUDA backend; this run is on the CPU\n");
+    return 0;
+}
+
 static int setup(tilebench *b) {
     b->gpu = qrt_tool_pick_gpu("tilebench", b->device);
     if (b->gpu < 0) return 2;
@@ -580,6 +603,7 @@ static int setup(tilebench *b) {
     }
     shapes_of_config(b);
     if (!b->n_shapes) return fprintf(stderr, "qwenrt tilebench: --shapes selects no shape of this model\n"), 2;
+    if (b->variants && !variants_of(b)) return 2;
 #ifdef QRT_HAVE_CUDA
     b->cache_bytes = b->gpu ? qrt_tilebench_cuda_l2() : 0;
 #endif
