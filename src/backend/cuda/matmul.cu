@@ -961,18 +961,19 @@ __device__ __forceinline__ void fp4_part_finish(const fp4_st_work &st, const fp4
     }
 }
 
-/* 0, from one word of each of the slice's 9 loads: an address that adds it makes the copy that refills the slot wait
- * until those shared-memory loads have returned (cp.async is not otherwise ordered after earlier reads of its
- * destination). popc ≤ 32, so the shift always gives 0; the compiler cannot know that the xor is spent. */
-__device__ __forceinline__ uint32_t fp4_slice_landed(const fp4_slice_regs &r) {
+/* One word of each of the slice's 9 loads, xor-ed: a refill whose address depends on it (fp4_slot_p, EARLY) is issued
+ * only once those shared-memory loads have returned, since cp.async is not ordered after earlier reads of its
+ * destination. The caller makes the dependence a zero the compiler cannot fold (a popc-and-shift zero was folded). */
+__device__ __forceinline__ uint32_t fp4_slice_words(const fp4_slice_regs &r) {
     uint32_t v = r.sa.x;
 #pragma unroll
     for (int q = 0; q < 4; q++) v ^= r.ca[q].x ^ r.cb[q].x;
-    return (uint32_t)__popc(v) >> 6;
+    return v;
 }
 /* The unit in ring slot `slot` (slice s), once its copy group, the oldest in flight, has landed: this lane's p; then
- * refill(0) refills the slot. EARLY: refill(landed) as soon as the slot's words are in registers (landed: 0, to add to
- * the slot's address, fp4_slice_landed), so the ring keeps D copies in flight through the mma instead of D - 1. */
+ * refill(0) refills the slot (after the mma, which has consumed the slot's registers). EARLY: refill(words) as soon as
+ * the slot's words are in registers (words: fp4_slice_words), so the ring keeps D copies in flight through the mma
+ * instead of D - 1. */
 template <int NT, int D, bool SX, bool EARLY, typename F>
 __device__ __forceinline__ void fp4_slot_p(const uint4 *slot, int lane, const uint2 *const (&xf_lane)[NT],
                                            const fp4_xsrc &xs, int64_t S, int T, int t0, int64_t s, float (&p)[NT][2],
@@ -980,7 +981,7 @@ __device__ __forceinline__ void fp4_slot_p(const uint4 *slot, int lane, const ui
     cp_async_wait<D - 1>();
     fp4_slice_regs cur;
     fp4_load_slice<false>(cur, slot, lane);
-    if (EARLY) refill(fp4_slice_landed(cur));
+    if (EARLY) refill(fp4_slice_words(cur));
     const uint2 *xf_s[NT];
     float xsc[NT];
     fp4_x_slice<NT, SX>(xf_lane, xs, S, T, t0, s, lane, xf_s, xsc);
@@ -1044,8 +1045,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* 
     for (int u = u0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[NT][2];
-        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t landed) {
-            if (u + D < u1) fp4_copy_slice(slot + lane + landed, next); /* next: unit u + D */
+        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t) {
+            if (u + D < u1) fp4_copy_slice(slot + lane, next); /* next: unit u + D */
             next += FP4_BLOCK_U4;
             cp_async_commit();
         });
@@ -1160,8 +1161,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     for (int u = u0, k = 0; u < u1; u++, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[1][2];
-        fp4_slot_p<1, D, true, false>(slot, lane, xf_lane, xs, S, 1, 0, s, p, [&](uint32_t landed) {
-            if (u + D < u1) fp4_copy_slice(slot + lane + landed, next); /* unit u + D */
+        fp4_slot_p<1, D, true, false>(slot, lane, xf_lane, xs, S, 1, 0, s, p, [&](uint32_t) {
+            if (u + D < u1) fp4_copy_slice(slot + lane, next); /* unit u + D */
             next += FP4_BLOCK_U4;
             cp_async_commit();
         });
@@ -1227,8 +1228,10 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     /* the copy head: unit cv of the run (tile t0 + ct, slice cs) at next, into slot ck */
     int cv = v0, ct = v0 / Sb, cs = sa + v0 % Sb, ck = 0;
     const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + ct) * Si + cs) * FP4_BLOCK_U4 + lane;
-    auto copy_next = [&](uint32_t landed) {
-        if (cv < v1) fp4_copy_slice(ring + ck * FP4_BLOCK_U4 + lane + landed, next);
+    /* 0 at run time (clusters < 2^30) but not to the compiler: words & never ties a refill to the slot's loads */
+    const uint32_t never = (uint32_t)clusters >> 30;
+    auto copy_next = [&](uint32_t words) {
+        if (cv < v1) fp4_copy_slice(ring + ck * FP4_BLOCK_U4 + lane + (words & never), next);
         cp_async_commit();
         cv++, ck = ck == D - 1 ? 0 : ck + 1, next += FP4_BLOCK_U4;
         if (++cs == sa + Sb) cs = sa, next += (int64_t)(Si - Sb) * FP4_BLOCK_U4;
@@ -1316,8 +1319,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
     for (int j = warp; j < units; j += WPB, k = k == D - 1 ? 0 : k + 1) {
         uint4 *slot = ring + k * FP4_BLOCK_U4;
         float p[NT][2];
-        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t landed) {
-            if (j + D * WPB < units) copy_next(slot + landed);
+        fp4_slot_p<NT, D, SX, false>(slot, lane, xf_lane, xs, S, T, t0, s, p, [&](uint32_t) {
+            if (j + D * WPB < units) copy_next(slot);
             cp_async_commit();
         });
         fp4_part_store<NT>(part, (int64_t)(tb0 + t) * Si + s, tp, lane, p);
