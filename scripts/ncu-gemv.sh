@@ -1,34 +1,45 @@
 #!/usr/bin/env bash
-# Where an NVFP4 GEMV launch spends its time, on the GPU machine, in one call: Nsight Compute on the first mma_st12x2
-# launch of `qwenrt tilebench --shapes SHAPE --m 1` (with an empty tune cache the autotuner times the variants in
-# order, so the first fp4_mma_st launch is mma_st12x2's) — duration, DRAM and SM throughput, warps per scheduler,
-# stall reasons per issued instruction, and the issue share of every pipe — plus the kernel's SASS opcode counts.
-# Build here first (cmake -S . -B build-cuda -DQRT_CUDA=ON && cmake --build build-cuda -j), then with the device
-# tool, carrying ["build-cuda/bin"]:
-#   bash scripts/ncu-gemv.sh mlp_gate_up
-# SHAPE is one of tilebench's --shapes words (default mlp_gate_up). ncu runs with --clock-control none (the clocks are
-# left alone). Reports and logs go to $OUT (the device tool returns that folder).
+# Where an NVFP4 GEMV launch spends its time, on the GPU machine, in one call: Nsight Compute on one launch of one
+# variant in `qwenrt tilebench --shapes SHAPE --m M --variants VARIANT` with QRT_NVFP4_VARIANT=VARIANT (so the
+# autotuner launches nothing else and the kernel profiled is the one named) — duration, DRAM and SM throughput, warps
+# per scheduler, stall reasons per issued instruction, and the issue share of every pipe — plus the SASS opcode counts
+# of the variant's kernels. Build here first (cmake -S . -B build-cuda -DQRT_CUDA=ON && cmake --build build-cuda -j),
+# then with the device tool, carrying ["build-cuda/bin"]:
+#   bash scripts/ncu-gemv.sh mlp_gate_up mma_cl8x3 1
+# SHAPE is one of tilebench's --shapes words (default mlp_gate_up), VARIANT a name `qwenrt tilebench` lists (default
+# mma_cl8x3), M the tokens per call (default 1). ncu runs with --clock-control none (the clocks are left alone, as
+# tilebench and decode see them). Reports and logs go to $OUT (the device tool returns that folder).
 set -u
 SHAPE=${1:-mlp_gate_up}
+VARIANT=${2:-mma_cl8x3}
+M=${3:-1}
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-ncu-gemv-out}
 mkdir -p "$OUT"
-export QRT_CACHE_DIR="$OUT/tune-empty"
+export QRT_CACHE_DIR="$OUT/tune-empty" QRT_NVFP4_VARIANT="$VARIANT"
 rm -rf "$QRT_CACHE_DIR"
 
-# the one-token kernel with x prepared in the block (mma_st<NT=1, 12 warps, 2 slots, SX>)
-KERNEL=_Z10fp4_mma_stILi1ELi12ELi2ELb1ELb0EEvPKh12fp4_segments8fp4_xsrcPKfllii11fp4_st_work
-echo "== SASS opcodes of $KERNEL (whole kernel: x preparation, main loop, split-tile finish)"
-cuobjdump -sass -fun "$KERNEL" "$BIN/qwenrt" > "$OUT/sass.txt" 2>&1 || echo "cuobjdump failed (see $OUT/sass.txt)"
+# the variant's kernel family (mma_cl8x3 -> fp4_mma_cl, mma_k4_sx -> fp4_mma_k, mma_w1 -> fp4_mma_w) and, for the
+# SASS, its warps x slots in the mangled names (mma_cl8x3 -> fp4_mma_clILi8ELi3E; mma_st and mma_il have their token
+# tiles first: mma_st12x2 -> fp4_mma_stILi[0-9]+ELi12ELi2E)
+FAMILY=fp4_$(echo "$VARIANT" | sed -E 's/^(mma_[a-z]+)[0-9].*$/\1/')
+SHAPE_ARGS=$(echo "$VARIANT" | sed -nE 's/^mma_(st|il)([0-9]+)x([0-9]+)$/ILi[0-9]+ELi\2ELi\3E/p;
+  s/^mma_c[lk]([0-9]+)x([0-9]+)e?$/ILi\1ELi\2E/p')
+echo "== SASS opcodes of the ${FAMILY}${SHAPE_ARGS} kernels (whole kernels: x preparation, main loop, finish)"
+cuobjdump -sass "$BIN/qwenrt" > "$OUT/sass-all.txt" 2>&1 || echo "cuobjdump failed (see $OUT/sass-all.txt)"
+awk -v pat="Function : _Z[0-9]+${FAMILY}${SHAPE_ARGS}" '/Function : /{on = $0 ~ pat} on' "$OUT/sass-all.txt" \
+  > "$OUT/sass.txt"
+grep "Function : " "$OUT/sass.txt"
 grep -oE '^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z0-9_.]+' "$OUT/sass.txt" | awk '{print $NF}' | sed 's/\..*//' |
   sort | uniq -c | sort -rn | head -20
 
-echo "== ncu: first fp4_mma_st launch of tilebench --shapes $SHAPE --m 1"
-ncu --clock-control none -k fp4_mma_st --launch-count 1 \
+echo "== ncu: the fourth $FAMILY launch (after the warmups) of tilebench --shapes $SHAPE --m $M --variants $VARIANT"
+ncu --clock-control none -k "regex:$FAMILY" --launch-skip 3 --launch-count 1 \
   --section LaunchStats --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
   --section InstructionStats \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active" \
-  -o "$OUT/gemv" -f "$BIN/qwenrt" tilebench --formats nvfp4 --m 1 --shapes "$SHAPE" --reps 3 > "$OUT/ncu-run.log" 2>&1
+  -o "$OUT/gemv" -f "$BIN/qwenrt" tilebench --formats nvfp4 --m "$M" --shapes "$SHAPE" \
+  --variants "$VARIANT" --reps 3 > "$OUT/ncu-run.log" 2>&1
 echo "ncu rc=$? (log: $OUT/ncu-run.log)"
 ncu -i "$OUT/gemv.ncu-rep" --page details > "$OUT/details.txt" 2>&1
 grep -E "Block Size|Registers Per|Duration|DRAM Throughput|Compute \(SM\) Throughput|Active Warps Per Scheduler|Eligible Warps Per|No Eligible|Warp Cycles Per Issued|Executed Instructions " \
