@@ -14,6 +14,17 @@
 
 static unsigned norm_block(int n) { return n >= 2048 ? 256 : 128; }
 
+/* The register form's start: v[j] = value(i) and wv[j] = w[i] for this thread's elements i = t + j·B (0 past n), every
+ * load issued before the first is used. */
+template <int P, typename F>
+__device__ __forceinline__ void norm_load(F value, const float *w, int n, float (&v)[P], float (&wv)[P]) {
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n ? value(i) : 0.0f;
+        wv[j] = i < n ? w[i] : 0.0f;
+    }
+}
 /* The register form's end: the row's sum of squares from this thread's share ss, then out = v · inv · w. */
 template <int P>
 __device__ __forceinline__ void norm_store(const float (&v)[P], const float (&wv)[P], float ss, int n, float eps,
@@ -36,12 +47,7 @@ __global__ void rmsnorm_rows(const float *x /* [rows][n] */, const float *w /* [
     float ss = 0.0f;
     if constexpr (P > 0) {
         float v[P], wv[P];
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            const int i = threadIdx.x + j * B;
-            v[j] = i < n ? xr[i] : 0.0f;
-            wv[j] = i < n ? w[i] : 0.0f;
-        }
+        norm_load<P>([&](int i) { return xr[i]; }, w, n, v, wv);
 #pragma unroll
         for (int j = 0; j < P; j++)
             if (threadIdx.x + j * B < n) ss = fmaf(v[j], v[j], ss);
@@ -68,12 +74,7 @@ __global__ void add_rmsnorm_rows(float *__restrict__ h /* [rows][n] */, const fl
     float ss = 0.0f;
     if constexpr (P > 0) {
         float v[P], wv[P];
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            const int i = threadIdx.x + j * B;
-            v[j] = i < n ? hr[i] + yr[i] : 0.0f;
-            wv[j] = i < n ? w[i] : 0.0f;
-        }
+        norm_load<P>([&](int i) { return hr[i] + yr[i]; }, w, n, v, wv);
 #pragma unroll
         for (int j = 0; j < P; j++) {
             const int i = threadIdx.x + j * B;
