@@ -1594,9 +1594,9 @@ static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles)
     const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL));
     return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
 }
-/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block and ring slots (their launches and fit checks both
- * read them here); blocks per cluster. */
-static constexpr int fp4_ck_shape[3][2] = {{8, 3}, {8, 2}, {12, 2}};
+/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block, ring slots and early refill (1: EARLY), read by their
+ * launches and their fit check alike; blocks per cluster. */
+static constexpr int fp4_ck_shape[3][3] = {{8, 3, 0}, {8, 2, 1}, {12, 2, 0}};
 #define FP4_CK_CL 2
 /* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
  * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
@@ -1640,9 +1640,10 @@ static const char *const fp4_variant_names[FP4_VARIANTS] = {
     "mma_w1",     "mma_k4",    "mma_k4_sx", "mma_st12x2", "mma_st16x2", "mma_gemm",
     "mma_il12x2", "mma_cl12x2", "mma_cl8x3", "mma_ck8x3",  "mma_ck8x2e", "mma_ck12x2"};
 
-template <int I, bool EARLY, bool PAIR> /* mma_ck variant 9 + I */
+template <int I, bool PAIR> /* mma_ck variant 9 + I */
 static bool launch_ck_v(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
-    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], EARLY, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T);
+    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], fp4_ck_shape[I][2] != 0, FP4_CK_CL, PAIR>(blocks, seg, x,
+                                                                                                       K, S, T);
 }
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1693,9 +1694,9 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     case FP4_IL12X2: ran = launch_il_t<12, 2, PAIR>(blocks, seg, xs, x, K, S, T, sx); break;
     case FP4_CL12X2: ran = launch_cl<12, 2, 2, PAIR>(blocks, seg, x, K, S, T); break;
     case FP4_CL8X3: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
-    case FP4_CK8X3: ran = launch_ck_v<0, false, PAIR>(blocks, seg, x, K, S, T); break;
-    case FP4_CK8X2E: ran = launch_ck_v<1, true, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_ck_v<2, false, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK8X3: ran = launch_ck_v<0, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK8X2E: ran = launch_ck_v<1, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_ck_v<2, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st, mma_cl or mma_ck cannot fit one block, mma_cl and mma_ck above one token
                  * or below sm_90, mma_gemm below 16 tokens (same bits; the autotuner does not time them there:
