@@ -1920,23 +1920,30 @@ static float time_variant(int v, const tune_weights *tw, const float *x, int T, 
     return ms[2] / TUNE_GRAPH_LAUNCHES; /* the median */
 }
 
-/* Two variants whose first timings are this close are timed again, in turns (tune_final). */
+/* Variants whose first timings are within this factor of the best's are timed again, in turns (tune_final). */
 #define TUNE_CLOSE 1.10f
 #define TUNE_FINAL_ROUNDS 4
-/* The faster of variants a and b, timed in turns (a, b, a, b, ...) and compared by their medians: one timing of each
- * after the other favoured one of two near variants (H200, lm_head in a whole tilebench run: mma_cl8x3 picked in 9 of
- * 11 tunes, while tilebench measured mma_cl12x2 4-11% faster in each run that listed both; timed in turns, mma_cl12x2
- * in 5 of 5, 2026-12-02). */
-static int tune_final(int a, int b, const tune_weights *tw, const float *x, int T, float *y) {
-    float ta[TUNE_FINAL_ROUNDS], tb[TUNE_FINAL_ROUNDS];
-    for (int r = 0; r < TUNE_FINAL_ROUNDS; r++) {
-        ta[r] = time_variant(a, tw, x, T, y);
-        tb[r] = time_variant(b, tw, x, T, y);
-    }
-    std::sort(ta, ta + TUNE_FINAL_ROUNDS);
-    std::sort(tb, tb + TUNE_FINAL_ROUNDS);
+/* The fastest of the n variants v[], timed in turns (v[0], v[1], ..., v[0], ...) and compared by the mean of their
+ * middle two timings: one timing of each after the other favoured one of two near variants (H200, lm_head in a whole
+ * tilebench run: mma_cl8x3 picked in 9 of 11 tunes, while tilebench measured mma_cl12x2 4-11% faster in each run that
+ * listed both; the two best, timed in turns, mma_cl12x2 in 5 of 5, 2026-12-02). All near ones, not only the first two:
+ * lm_head has four variants within 10% (mma_st12x2, mma_cl12x2, mma_st16x2, mma_cl8x3), and with only the first two
+ * timed again a whole tilebench run still picked mma_cl8x3 (190 us against mma_cl12x2's 176) in 1 of 2 runs; with all
+ * of them, three lm_head + gate+up runs picked mma_cl12x2 twice (167-168 us) and mma_st12x2 once (175, mma_cl12x2
+ * 171 in that run) (session 13). */
+static int tune_final(const int *v, int n, const tune_weights *tw, const float *x, int T, float *y) {
+    float t[FP4_VARIANTS][TUNE_FINAL_ROUNDS];
+    for (int r = 0; r < TUNE_FINAL_ROUNDS; r++)
+        for (int i = 0; i < n; i++) t[i][r] = time_variant(v[i], tw, x, T, y);
     const int m = TUNE_FINAL_ROUNDS / 2;
-    return ta[m - 1] + ta[m] <= tb[m - 1] + tb[m] ? a : b;
+    int best = 0;
+    float best_mid = 0.0f;
+    for (int i = 0; i < n; i++) {
+        std::sort(t[i], t[i] + TUNE_FINAL_ROUNDS);
+        const float mid = t[i][m - 1] + t[i][m];
+        if (i == 0 || mid < best_mid) best = i, best_mid = mid;
+    }
+    return v[best];
 }
 
 static int forced_variant(void) {
@@ -1976,16 +1983,17 @@ extern "C" int qrt_nvfp4_pick(const qrt_linear *W, int T) {
     qrt_cuda_fill_random_f32(x, (size_t)T * W->k, 12345, -1.0f, 1.0f);
     tune_weights tw;
     tune_copies(W, &tw);
-    int best = 0, second = -1;
-    float best_ms = 1e30f, second_ms = 1e30f;
+    float ms[FP4_VARIANTS];
+    int best = -1;
     for (int v = 0; v < FP4_VARIANTS; v++) {
         /* a variant that would run mma_w1 in its place is not timed: it could win the pick by noise */
-        if (!fp4_variant_own(v, T, W->n, W->k)) continue;
-        float ms = time_variant(v, &tw, x, T, y);
-        if (ms < best_ms) second = best, second_ms = best_ms, best = v, best_ms = ms;
-        else if (ms < second_ms) second = v, second_ms = ms;
+        ms[v] = fp4_variant_own(v, T, W->n, W->k) ? time_variant(v, &tw, x, T, y) : -1.0f;
+        if (ms[v] >= 0.0f && (best < 0 || ms[v] < ms[best])) best = v;
     }
-    if (second >= 0 && second_ms < best_ms * TUNE_CLOSE) best = tune_final(best, second, &tw, x, T, y);
+    int near[FP4_VARIANTS], n = 0;
+    for (int v = 0; v < FP4_VARIANTS; v++)
+        if (ms[v] >= 0.0f && ms[v] < ms[best] * TUNE_CLOSE) near[n++] = v;
+    if (n > 1) best = tune_final(near, n, &tw, x, T, y);
     tune_copies_free(&tw);
     QRT_CUDA_CHECK(cudaFree(x));
     QRT_CUDA_CHECK(cudaFree(y));
