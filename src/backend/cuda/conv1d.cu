@@ -13,10 +13,14 @@ template <int CK>
 __global__ void conv1d_silu_channels(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */,
                                      const float *w /* [ch][Ck] */, int T, int ch, int Ck_arg,
                                      float *y /* [T][ch] */) {
-    pdl_start();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ch) return;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, c0 = blockIdx.x * blockDim.x;
     const int Ck = CK ? CK : Ck_arg, S = Ck - 1;
+    if (threadIdx.x < S) { /* the block's state rows, written a token ago (l2_prefetch) */
+        const int n = ch - c0 < (int)blockDim.x ? ch - c0 : (int)blockDim.x;
+        l2_prefetch(state + (size_t)threadIdx.x * ch + c0, sizeof(float) * n);
+    }
+    pdl_start();
+    if (c >= ch) return;
     constexpr int N = CK ? CK : CONV_MAX_TAPS;
     float hist[N], taps[N];
 #pragma unroll

@@ -39,7 +39,8 @@ void qrt_cuda_after_launch(const char *file, int line);
  * 147.8 -> 150.7 tok/s; without the release below, 145.2). The rule that keeps this correct: every kernel launched
  * by QRT_LAUNCH begins with pdl_start() in every thread, before it touches any memory that a forward kernel writes
  * (mma_cl asks for its first weights before it: they are written only at load, which ends in a device-wide
- * synchronisation). It returns once the kernel before has completed and its writes are visible, so the kernel runs
+ * synchronisation; gdn_head and conv1d ask for their states to be brought into the L2, l2_prefetch below, which reads
+ * nothing into the kernel). It returns once the kernel before has completed and its writes are visible, so the kernel runs
  * exactly as after a plain launch; then it lets the next kernel launch (so at most one kernel waits behind a running
  * one). Weights asked for before the wait: mma_cl's first ring slot gains (matmul.cu); an L2 prefetch in mma_w1 /
  * mma_k lost at T = 7 (K=6 420 -> 418 tok/s, 2026-12-02) and cost TTFT (2026-12-01). Kernels outside the forward
@@ -49,6 +50,18 @@ __device__ __forceinline__ void pdl_start(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+/* Bytes at p into the L2, asked for by one thread (sm_90's bulk prefetch; nothing below it, or unaligned). For data
+ * that a kernel reads right after pdl_start() and that is likely out of the L2 (a layer's recurrent state, written a
+ * token ago): asked for before the wait, its DRAM latency overlaps the kernel before. A prefetch may bring stale
+ * data without harm: the loads after the wait read the L2, which every write reaches. */
+__device__ __forceinline__ void l2_prefetch(const void *p, size_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (((uintptr_t)p & 15) == 0 && bytes % 16 == 0 && bytes < (1u << 31))
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"((unsigned)bytes) : "memory");
+#else
+    (void)p, (void)bytes;
 #endif
 }
 /* 1 when launches may overlap their predecessor: compute capability 9.0 or more and QRT_CUDA_PDL not 0. */

@@ -12,7 +12,9 @@
  *                       the output is that kernel's function of the recurrence output. Dv ≤ 128.
  *                       Each token's inputs are loaded while the token before is computed (gdn_load_token): a
  *                       call of T tokens waits out one L2 round trip, not T (H200: verify T = 7 ~23 us per call
- *                       before; K=6 cycle 12.32 -> 11.90 ms, TTFT at ctx 2048 1517 -> 1461 ms).
+ *                       before; K=6 cycle 12.32 -> 11.90 ms, TTFT at ctx 2048 1517 -> 1461 ms). The head's state
+ *                       is asked into the L2 before the launch wait (l2_prefetch), with the conv state in conv1d:
+ *                       H200, decode at ctx 128 182.0-182.3 -> 184.4-184.5 tok/s in one call, K=6 unchanged.
  * Tried, measured, dropped (session 5, docs/benchmarks.md): a cluster of 4 blocks per head, each owning 32 columns
  * and exchanging the norm's warp sums through distributed shared memory — 7.0 → 7.8 µs at T = 1: one SM moving the
  * head's 64 KB of state was not the limit. Session 7: Dk inside each warp (warp w owning 8 columns, lane l rows
@@ -92,8 +94,10 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
                                                         float *S /* [Hv][Dk][Dv] */, const float *z /* [T][Hv][Dv] */,
                                                         const float *norm_w /* [Dv] */, float eps, int T, int Hk,
                                                         int Hv, int Dk_arg, int Dv_arg, float *o /* [T][Hv][Dv] */) {
-    pdl_start();
     const int Dk = EXACT ? DKMAX : Dk_arg, Dv = EXACT ? GDN_COLS : Dv_arg;
+    const float *Sj_in = S_in + (size_t)blockIdx.x * Dk * Dv;
+    if (threadIdx.x == 0) l2_prefetch(Sj_in, sizeof(float) * Dk * Dv);
+    pdl_start();
     constexpr int R = DKMAX / GDN_PARTS;
     __shared__ float qs[DKMAX], ks[DKMAX];
     __shared__ float part_m[GDN_PARTS][GDN_COLS], part_o[GDN_PARTS][GDN_COLS];
@@ -101,7 +105,6 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     const int j = blockIdx.x, c = threadIdx.x % GDN_COLS, p = threadIdx.x / GDN_COLS, warp = threadIdx.x >> 5;
     const int kh = j / (Hv / Hk); /* v-head j reads k-head j // (Hv/Hk) */
     const bool col = c < Dv;
-    const float *Sj_in = S_in + (size_t)j * Dk * Dv;
     float *Sj = S + (size_t)j * Dk * Dv;
     float s[R]; /* rows p·R + r of column c of S_j */
 #pragma unroll
