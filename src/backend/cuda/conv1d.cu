@@ -13,7 +13,7 @@ template <int CK>
 __global__ void conv1d_silu_channels(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */,
                                      const float *w /* [ch][Ck] */, int T, int ch, int Ck_arg,
                                      float *y /* [T][ch] */) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x, c0 = blockIdx.x * blockDim.x;
+    const int c0 = blockIdx.x * blockDim.x, c = c0 + threadIdx.x; /* the block's first channel, this thread's */
     const int Ck = CK ? CK : Ck_arg, S = Ck - 1;
     if (threadIdx.x < S) { /* the block's state rows, written a token ago (l2_prefetch) */
         const int n = ch - c0 < (int)blockDim.x ? ch - c0 : (int)blockDim.x;
