@@ -619,6 +619,11 @@ typedef struct {
     float scale2[QRT_GROUP_MAX];
     float *y[QRT_GROUP_MAX];               /* [T][rows[i]] */
 } fp4_segments;
+/* Every kernel takes its segments as a __grid_constant__ parameter, read in place from the parameter bank. As a plain
+ * by-value struct indexed at run time (tile_begin[count], a tile's part) it was copied by every thread into local
+ * memory at the kernel's start (128 bytes; 20-46 local loads and stores per thread in each NVFP4 kernel's PTX). H200,
+ * same call: decode 185.2-185.6 -> 189.6-190.5 tok/s, K=6 431.4-432.4 -> 443.8-446.3; tilebench M = 1 gate+up 28.5 ->
+ * 26.4 us, down 17.1 -> 16.3 (docs/benchmarks.md, session 14). */
 
 /* Where a tile's rows go: its part's output, rows and scale2 (paired: part 0's for rows g, part 1's for g + 8). */
 typedef struct {
@@ -733,7 +738,7 @@ __device__ __forceinline__ void fp4_prefetch_slice(const uint8_t *block, int lan
  * SX (T = 1): the block first makes its own shared copy of x's fragments from x (no fp4_prep_x launch). */
 template <int NT, int TPB, bool SX, bool PAIR>
 __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                             const fp4_segments seg, fp4_xsrc xs,
+                                                             const __grid_constant__ fp4_segments seg, fp4_xsrc xs,
                                                              const float *x /* SX: [K] */, int64_t K, int64_t S,
                                                              int T) {
     pdl_start();
@@ -771,8 +776,8 @@ __global__ void __launch_bounds__(TPB * 32, 3) fp4_mma_w1(const uint8_t *blocks 
  * (the same bits as mma_w1). SX as for mma_w1: pays on short K (few slices to prepare per warp), not on down_proj. */
 template <int NT, int WK, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WK * 32) fp4_mma_k(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                     const fp4_segments seg, fp4_xsrc xs, const float *x /* SX: [K] */,
-                                                     int64_t K, int64_t S, int T) {
+                                                     const __grid_constant__ fp4_segments seg, fp4_xsrc xs,
+                                                     const float *x /* SX: [K] */, int64_t K, int64_t S, int T) {
     pdl_start();
     extern __shared__ float fp4_part[]; /* [S][NT][2][32] p, then SX: [S][32][4] uint4 and [S] f32 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1020,7 +1025,7 @@ __device__ __forceinline__ void fp4_ring_start(uint4 *smem /* rings, then SX's x
 
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_st(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                       const fp4_segments seg, fp4_xsrc xs,
+                                                       const __grid_constant__ fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
                                                        int t0, const fp4_st_work st) {
     pdl_start();
@@ -1128,8 +1133,8 @@ __device__ __forceinline__ unsigned fp4_cl_sums_of(const float *sums /* [WPB][S]
 
 template <int WPB, int D, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                       const fp4_segments seg, const float *x /* [K] */, int64_t K,
-                                                       int64_t S, int clusters) {
+                                                       const __grid_constant__ fp4_segments seg,
+                                                       const float *x /* [K] */, int64_t K, int64_t S, int clusters) {
     cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
     /* [WPB][D][FP4_BLOCK_U4] rings, [S][32][4] uint4 and [S] f32 of x, then [WPB][S][16] f32 split-tile sums */
     extern __shared__ uint4 fp4_st_smem[];
@@ -1210,8 +1215,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                       const fp4_segments seg, const float *x /* [K] */, int64_t K,
-                                                       int64_t S, int clusters) {
+                                                       const __grid_constant__ fp4_segments seg,
+                                                       const float *x /* [K] */, int64_t K, int64_t S, int clusters) {
     cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
     /* [WPB][D][FP4_BLOCK_U4] rings, [ceil(S/CL)][32][4] uint4 and [ceil(S/CL)] f32 of x, then [tiles of the cluster]
      * [S][16] f32 sums (the last block's are the ones written and read) */
@@ -1285,7 +1290,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
  * sums its share of the block's tiles in slice order (mma_w1's bits), with no atomics. */
 template <int NT, int WPB, int D, bool SX, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                       const fp4_segments seg, fp4_xsrc xs,
+                                                       const __grid_constant__ fp4_segments seg, fp4_xsrc xs,
                                                        const float *x /* SX: [K] */, int64_t K, int64_t S, int T,
                                                        int t0, float *part /* [tiles · S][tp][16] */) {
     pdl_start();
@@ -1348,8 +1353,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
 #define GEMM_SLICE_U4 (GEMM_GROUPS * 1024) /* one slice of the block's fragments: [group][4 q][8 i][32 lanes] */
 template <bool PAIR>
 __global__ void __launch_bounds__(GEMM_WARPS * 32, 1) fp4_mma_gemm(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
-                                                                    const fp4_segments seg, fp4_xsrc xs, int64_t S,
-                                                                    int T) {
+                                                                    const __grid_constant__ fp4_segments seg,
+                                                                    fp4_xsrc xs, int64_t S, int T) {
     pdl_start();
     extern __shared__ uint4 gemm_xs[]; /* [2][GEMM_SLICE_U4]: slices s and s + 1 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
