@@ -1833,6 +1833,10 @@ static void tune_add(tune_entry e) {
 static char tune_path[1536];
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
+/* The cache file's name carries the variant count and this revision, raised whenever the kernels change so that their
+ * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
+ * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). */
+#define FP4_TUNE_REVISION 2
 static void tune_file_init(void) {
     tune_loaded = 1;
     char dir[768];
@@ -1852,8 +1856,8 @@ static void tune_file_init(void) {
     snprintf(name, sizeof name, "%s", p.name);
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '_';
-    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-graph.txt", dir, name, p.major, p.minor,
-             FP4_VARIANTS);
+    snprintf(tune_path, sizeof tune_path, "%s/nvfp4-tune-%s-sm%d%d-v%d-r%d-graph.txt", dir, name, p.major, p.minor,
+             FP4_VARIANTS, FP4_TUNE_REVISION);
     FILE *f = fopen(tune_path, "r");
     if (!f) return;
     long long n, k;
