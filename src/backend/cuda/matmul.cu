@@ -1832,11 +1832,12 @@ static void tune_add(tune_entry e) {
 }
 static char tune_path[1536];
 
-/* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
 /* The cache file's name carries the variant count and this revision, raised whenever the kernels change so that their
  * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
  * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). */
 #define FP4_TUNE_REVISION 2
+
+/* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
 static void tune_file_init(void) {
     tune_loaded = 1;
     char dir[768];
