@@ -33,7 +33,10 @@ run() { # binary label: the bench with the binary's own tune cache; its table ro
     QRT_CACHE_DIR="$OUT/tune-$(name "$1")" "$1" bench "${opts[@]}" > "$OUT/$2.log" 2>&1 ||
         { echo "ab-bench: $1 failed, see $OUT/$2.log" >&2; tail -5 "$OUT/$2.log" >&2; exit 1; }
 }
-for b in "${bins[@]}"; do echo "== warm-up $(name "$b") (makes its tune cache; not counted)"; run "$b" "$(name "$b")-warm"; done
+for b in "${bins[@]}"; do
+    echo "== warm-up $(name "$b") (makes its tune cache; not counted)"
+    run "$b" "$(name "$b")-warm"
+done
 for r in $(seq 1 "$rounds"); do
     for b in "${bins[@]}"; do echo "== $(name "$b") round $r"; run "$b" "$(name "$b")-$r"; done
 done
@@ -47,5 +50,10 @@ for b in "${bins[@]}"; do
         awk -v r="$r" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 12 { print $1, $2, r, $5 }' "$OUT/$n-$r.log"
     done | sort -k1,1n -k2,2n -k3,3n | awk -v n="$n" '
         { key = $1 " " $2; if (!(key in row)) { order[++k] = key; row[key] = "" } row[key] = row[key] "  " $4 }
-        END { for (i = 1; i <= k; i++) { split(order[i], f, " "); printf "%-12s %6s %3s %s\n", n, f[1], f[2], row[order[i]] } }'
+        END {
+            for (i = 1; i <= k; i++) {
+                split(order[i], f, " ")
+                printf "%-12s %6s %3s %s\n", n, f[1], f[2], row[order[i]]
+            }
+        }'
 done
