@@ -22,12 +22,12 @@ if [ ${#bins[@]} -lt 1 ] || ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/ab-bench.sh [-r ROUNDS] BIN... [-- bench options]" >&2
     exit 2
 fi
-OUT=${OUT:-ab-out}
-mkdir -p "$OUT"
-name() { basename "$(dirname "$1")"; }
 for b in "${bins[@]}"; do
     [ -x "$b" ] || { echo "ab-bench: $b is not an executable qwenrt binary" >&2; exit 2; }
 done
+OUT=${OUT:-ab-out}
+mkdir -p "$OUT"
+name() { basename "$(dirname "$1")"; }
 
 run() { # binary label: the bench with the binary's own tune cache; its table rows into $OUT/label.log
     QRT_CACHE_DIR="$OUT/tune-$(name "$1")" "$1" bench "${opts[@]}" > "$OUT/$2.log" 2>&1 ||
@@ -41,19 +41,23 @@ for r in $(seq 1 "$rounds"); do
     for b in "${bins[@]}"; do echo "== $(name "$b") round $r"; run "$b" "$(name "$b")-$r"; done
 done
 
-# rows of the decode table: ctx K TTFT dec_ms tok/s ...; one line per (binary, ctx, K) with every round's tok/s
+# rows of the decode table: ctx K TTFT dec_ms tok/s ...; one line per (binary, ctx, K), the rounds' logs read in order
 echo
 printf '%-12s %6s %3s  tok/s by round\n' binary ctx K
 for b in "${bins[@]}"; do
     n=$(name "$b")
-    for r in $(seq 1 "$rounds"); do
-        awk -v r="$r" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 12 { print $1, $2, r, $5 }' "$OUT/$n-$r.log"
-    done | sort -k1,1n -k2,2n -k3,3n | awk -v n="$n" '
-        { key = $1 " " $2; if (!(key in row)) { order[++k] = key; row[key] = "" } row[key] = row[key] "  " $4 }
+    logs=()
+    for r in $(seq 1 "$rounds"); do logs+=("$OUT/$n-$r.log"); done
+    awk -v n="$n" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 12 {
+            key = $1 " " $2
+            if (!(key in row)) order[++k] = key
+            row[key] = row[key] "  " $5
+        }
         END {
             for (i = 1; i <= k; i++) {
                 split(order[i], f, " ")
                 printf "%-12s %6s %3s %s\n", n, f[1], f[2], row[order[i]]
             }
-        }'
+        }' \
+        "${logs[@]}"
 done
