@@ -1192,13 +1192,9 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     if (!(u0 < u1 && first * Si < u0 && first * Si + Si <= u1)) return;
     cluster_wait(); /* every split slice's p is in its completer's shared memory */
     {
-        const float *mine = sums + (size_t)warp * Si * 16;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float a = mine[g + 8 * r];
-            for (int j = 1; j < Si; j++) a += mine[j * 16 + g + 8 * r];
-            acc[0][r] = a;
-        }
+        const float *mine = sums + (size_t)warp * Si * 16 + g;
+        acc[0][0] = mine[0], acc[0][1] = mine[8];
+        for (int j = 1; j < Si; j++) acc[0][0] += mine[j * 16], acc[0][1] += mine[j * 16 + 8]; /* two chains at once */
         fp4_store<1, PAIR>(fp4_tile_target(seg, first), 1, 0, lane, acc);
     }
 }
@@ -1212,6 +1208,9 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7, 8 x 2 early
  * 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3 28.5 ->
  * 29.2) and mma_ck8x4 too (18.4 -> 19.1). */
+/* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
+ * once then sit in distinct banks. */
+#define FP4_CK_PAD 8
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
@@ -1219,9 +1218,10 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
                                                        const float *x /* [K] */, int64_t K, int64_t S, int clusters) {
     cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
     /* [WPB][D][FP4_BLOCK_U4] rings, [ceil(S/CL)][32][4] uint4 and [ceil(S/CL)] f32 of x, then [tiles of the cluster]
-     * [S][16] f32 sums (the last block's are the ones written and read) */
+     * [S·16 + FP4_CK_PAD] f32 sums (the last block's are the ones written and read) */
     extern __shared__ uint4 fp4_st_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
+    const int ts = Si * 16 + FP4_CK_PAD; /* floats per tile of sums */
     const int cl = (int)(blockIdx.x / CL), r = (int)(blockIdx.x % CL), tiles = (int)seg.tile_begin[seg.count];
     const int t0 = (int)((int64_t)cl * tiles / clusters), nt = (int)((int64_t)(cl + 1) * tiles / clusters) - t0;
     const int sa = r * Si / CL, Sb = (r + 1) * Si / CL - sa, Ub = nt * Sb; /* this block's slices and units */
@@ -1259,7 +1259,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
         fp4_slot_p<1, D, true, EARLY>(ring + k * FP4_BLOCK_U4, lane, xf_lane, xs, Sb, 1, 0, s, p,
                                       copy_next); /* unit v + D */
         if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
-            const unsigned at = sums_at + (unsigned)(((lt * Si + sa + s) * 16 + g) * 4);
+            const unsigned at = sums_at + (unsigned)((lt * ts + (sa + s) * 16 + g) * 4);
             cluster_store_f32(at, p[0][0]);
             cluster_store_f32(at + 32, p[0][1]);
         }
@@ -1269,16 +1269,15 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     cluster_arrive();
     if (r != CL - 1) return; /* nothing reads this block's shared memory */
     cluster_wait();          /* every unit's p is in this block's shared memory */
-    for (int j = warp; j < nt; j += WPB) {
-        const float *tile_sums = sums + (size_t)j * Si * 16;
-        float acc[1][2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float a = tile_sums[g + 8 * h];
-            for (int i = 1; i < Si; i++) a += tile_sums[i * 16 + g + 8 * h];
-            acc[0][h] = a;
-        }
-        fp4_store<1, PAIR>(fp4_tile_target(seg, t0 + j), 1, 0, lane, acc);
+    /* Quad column c of warp w sums tile 4w + c (then 4(w + WPB) + c, ...): four tiles per warp at once, rows g and
+     * g + 8 in two interleaved chains, each in slice order. One tile per warp, its rows one after the other, left
+     * 3 of every 4 lanes idle and made each add wait for the one before across both rows. */
+    for (int j = 4 * warp + (lane & 3); j - (lane & 3) < nt; j += 4 * WPB) {
+        if (j >= nt) continue;
+        const float *tile_sums = sums + (size_t)j * ts + g;
+        float acc[1][2] = {{tile_sums[0], tile_sums[8]}};
+        for (int i = 1; i < Si; i++) acc[0][0] += tile_sums[i * 16], acc[0][1] += tile_sums[i * 16 + 8];
+        fp4_store<1, PAIR>(fp4_tile_target(seg, t0 + j), 1, 0, lane & ~3, acc); /* lane & ~3: as token 0's lane */
     }
 }
 
@@ -1592,7 +1591,8 @@ static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const floa
 
 /* mma_ck's shared memory at up to `tiles_per_cluster` tiles per cluster. */
 static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_cluster) {
-    return fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL) + (size_t)tiles_per_cluster * S * 16 * sizeof(float);
+    return fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL) +
+           (size_t)tiles_per_cluster * (S * 16 + FP4_CK_PAD) * sizeof(float);
 }
 /* The same when the clusters fill the GPU, one block per SM (the fewest tiles per cluster): the least it can need. */
 static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles) {
