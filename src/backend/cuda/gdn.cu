@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
                                                         const float *norm_w /* [Dv] */, float eps, int T, int Hk,
                                                         int Hv, int Dk_arg, int Dv_arg, float *o /* [T][Hv][Dv] */) {
     const int Dk = EXACT ? DKMAX : Dk_arg, Dv = EXACT ? GDN_COLS : Dv_arg;
+    const float *Sj_in = S_in + (size_t)blockIdx.x * Dk * Dv;
+    if (threadIdx.x == 0) l2_prefetch(Sj_in, sizeof(float) * Dk * Dv);
+    pdl_start();
     constexpr int R = DKMAX / GDN_PARTS;
     __shared__ float qs[DKMAX], ks[DKMAX];
     __shared__ float part_m[GDN_PARTS][GDN_COLS], part_o[GDN_PARTS][GDN_COLS];
@@ -102,20 +105,15 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     const int j = blockIdx.x, c = threadIdx.x % GDN_COLS, p = threadIdx.x / GDN_COLS, warp = threadIdx.x >> 5;
     const int kh = j / (Hv / Hk); /* v-head j reads k-head j // (Hv/Hk) */
     const bool col = c < Dv;
-    const float *Sj_in = S_in + (size_t)j * Dk * Dv;
     float *Sj = S + (size_t)j * Dk * Dv;
-    /* The state, and the layer's weights, before the launch wait: S_in is written only by a kernel at least two
-     * launches back (this layer's gdn_head a token ago, a copy or a fill; conv1d always runs between), and those have
-     * completed once this kernel runs (pdl_start). Read through the L2 (ld.cg), never a stale L1 line. */
     float s[R]; /* rows p·R + r of column c of S_j */
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int i = p * R + r;
-        s[r] = (col && i < Dk) ? __ldcg(Sj_in + (size_t)i * Dv + c) : 0.0f; /* from the L2: read once */
+        s[r] = (col && i < Dk) ? Sj_in[(size_t)i * Dv + c] : 0.0f;
     }
     const float A = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
     const float wc = p == 0 && col ? norm_w[c] : 0.0f;
-    pdl_start();
     gdn_token_in<DKMAX / 32> in, next;
     if (T > 0) gdn_load_token(next, qkv, a, b, z, 0, j, kh, c, p, warp, Hk, Hv, Dk, Dv);
     for (int t = 0; t < T; t++) {
