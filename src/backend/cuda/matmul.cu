@@ -1203,13 +1203,16 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * takes slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the block's (tile, slice) units
  * into equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34; the x preparation was measured
  * at 3.3 of mma_cl8x3's 20.5 us there, H200). Every unit's p goes into the last block's shared memory (distributed
- * shared memory), [cluster tiles][S][16]; after one cluster barrier that block's warps sum each tile in slice order
- * (mma_w1's bits). EARLY: each slot refilled as soon as it is read (fp4_slot_p). H200, tilebench M = 1, down_proj:
- * fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7, 8 x 2 early
- * 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3 28.5 ->
- * 29.2) and mma_ck8x4 too (18.4 -> 19.1). */
+ * shared memory), [cluster tiles][S·16 + FP4_CK_PAD]; after one cluster barrier that block's warps sum each tile in
+ * slice order (mma_w1's bits). EARLY: each slot refilled as soon as it is read (fp4_slot_p). H200, tilebench M = 1,
+ * down_proj: fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7,
+ * 8 x 2 early 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3
+ * 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). 17 warps (down's 85 units per block in equal runs of 5) lost
+ * (session 15: down 16.7-17.9 us against mma_ck12x2's 16.1). */
 /* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
- * once then sit in distinct banks. */
+ * once then sit in distinct banks. Summing 4 tiles per warp at once, both rows in interleaved chains (one tile per
+ * warp before, rows one after the other, 3 of 4 lanes idle): H200, tilebench M = 1, gate+up with mma_ck8x2e (33
+ * tiles per cluster) 26.3 -> 25.2 us, 83.0 -> 86.6% of the read bandwidth (docs/benchmarks.md, session 15). */
 #define FP4_CK_PAD 8
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int CL, bool PAIR>
