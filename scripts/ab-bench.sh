@@ -5,7 +5,7 @@
 # whose rows are not counted: picks timed on one binary's kernels can be wrong for another's (session 14: a base binary
 # with picks made by a changed one measured 5% slow). Then ROUNDS rounds run the binaries in turns, so drift during the
 # call falls on all of them alike. Every run's rows go to $OUT/NAME-ROUND.log; the table printed last has tok/s per
-# binary and (ctx, K), one column per round.
+# binary and (ctx, K), one column per round, with chain + verify ms per cycle on K > 0 rows.
 #   scripts/ab-bench.sh [-r ROUNDS] BIN... [-- bench options]
 # BIN: a qwenrt binary, named in the table by its folder (base/qwenrt -> base). Bench options by default:
 #   --synthetic qwen3.6-27b --ctx 128 -K 0,6 --sim-al 3.86 -n 64 --reps 2 --no-breakdown
@@ -41,9 +41,10 @@ for r in $(seq 1 "$rounds"); do
     for b in "${bins[@]}"; do echo "== $(name "$b") round $r"; run "$b" "$(name "$b")-$r"; done
 done
 
-# rows of the decode table: ctx K TTFT dec_ms tok/s ...; one line per (binary, ctx, K), the rounds' logs read in order
+# rows of the decode table: ctx K TTFT dec_ms tok/s AL att acc chain_ms verify_ms ...; one line per (binary, ctx, K),
+# the rounds' logs read in order; K > 0 rows also give chain + verify ms per cycle, where a K=6 change shows which half
 echo
-printf '%-12s %6s %3s  tok/s by round\n' binary ctx K
+printf '%-12s %6s %3s  tok/s by round (K > 0: chain + verify ms per cycle)\n' binary ctx K
 for b in "${bins[@]}"; do
     n=$(name "$b")
     logs=()
@@ -51,7 +52,7 @@ for b in "${bins[@]}"; do
     awk -v n="$n" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 12 {
             key = $1 " " $2
             if (!(key in row)) order[++k] = key
-            row[key] = row[key] "  " $5
+            row[key] = row[key] "  " $5 ($2 > 0 ? " (" $9 " + " $10 ")" : "")
         }
         END {
             for (i = 1; i <= k; i++) {
