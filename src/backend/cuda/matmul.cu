@@ -1131,6 +1131,14 @@ __device__ __forceinline__ unsigned fp4_cl_sums_of(const float *sums /* [WPB][S]
     return cluster_smem_addr(sums + (size_t)(q % WPB) * Si * 16, (unsigned)(q / WPB));
 }
 
+/* Rows g and g + 8 of one tile's sums in shared memory ([S][16] floats, at_g pointing at row g of slice 0), each
+ * summed in slice order (mma_w1's bits), as two interleaved chains: a single chain, one row after the other, waited
+ * on every add. */
+__device__ __forceinline__ void fp4_tile_sums(const float *at_g, int S, float (&acc)[1][2]) {
+    acc[0][0] = at_g[0], acc[0][1] = at_g[8];
+    for (int i = 1; i < S; i++) acc[0][0] += at_g[i * 16], acc[0][1] += at_g[i * 16 + 8];
+}
+
 template <int WPB, int D, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const __grid_constant__ fp4_segments seg,
@@ -1191,12 +1199,8 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
      * when its own warps are done (the next launch's block can start on its SM), not its cluster's slowest. */
     if (!(u0 < u1 && first * Si < u0 && first * Si + Si <= u1)) return;
     cluster_wait(); /* every split slice's p is in its completer's shared memory */
-    {
-        const float *mine = sums + (size_t)warp * Si * 16 + g;
-        acc[0][0] = mine[0], acc[0][1] = mine[8];
-        for (int j = 1; j < Si; j++) acc[0][0] += mine[j * 16], acc[0][1] += mine[j * 16 + 8]; /* two chains at once */
-        fp4_store<1, PAIR>(fp4_tile_target(seg, first), 1, 0, lane, acc);
-    }
+    fp4_tile_sums(sums + (size_t)warp * Si * 16 + g, Si, acc);
+    fp4_store<1, PAIR>(fp4_tile_target(seg, first), 1, 0, lane, acc);
 }
 
 /* Variant mma_ck<WPB, D, EARLY, CL> ("clustered, K split", one token, sm_90): as mma_cl, but block r of each cluster
@@ -1210,9 +1214,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). 17 warps (down's 85 units per block in equal runs of 5) lost
  * (session 15: down 16.7-17.9 us against mma_ck12x2's 16.1). */
 /* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
- * once then sit in distinct banks. Summing 4 tiles per warp at once, both rows in interleaved chains (one tile per
- * warp before, rows one after the other, 3 of 4 lanes idle): H200, tilebench M = 1, gate+up with mma_ck8x2e (33
- * tiles per cluster) 26.3 -> 25.2 us, 83.0 -> 86.6% of the read bandwidth (docs/benchmarks.md, session 15). */
+ * once (the end of fp4_mma_ck) then sit in distinct banks. */
 #define FP4_CK_PAD 8
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int CL, bool PAIR>
@@ -1272,14 +1274,13 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     cluster_arrive();
     if (r != CL - 1) return; /* nothing reads this block's shared memory */
     cluster_wait();          /* every unit's p is in this block's shared memory */
-    /* Quad column c of warp w sums tile 4w + c (then 4(w + WPB) + c, ...): four tiles per warp at once, rows g and
-     * g + 8 in two interleaved chains, each in slice order. One tile per warp, its rows one after the other, left
-     * 3 of every 4 lanes idle and made each add wait for the one before across both rows. */
+    /* Quad column c of warp w sums tile 4w + c (then 4(w + WPB) + c, ...): four tiles per warp at once. One tile per
+     * warp (before session 15) left 3 of every 4 lanes idle: H200, tilebench M = 1, gate+up with mma_ck8x2e (33
+     * tiles per cluster) 26.3 -> 25.2 us, 83.0 -> 86.6% of the read bandwidth (docs/benchmarks.md, session 15). */
     for (int j = 4 * warp + (lane & 3); j - (lane & 3) < nt; j += 4 * WPB) {
         if (j >= nt) continue;
-        const float *tile_sums = sums + (size_t)j * ts + g;
-        float acc[1][2] = {{tile_sums[0], tile_sums[8]}};
-        for (int i = 1; i < Si; i++) acc[0][0] += tile_sums[i * 16], acc[0][1] += tile_sums[i * 16 + 8];
+        float acc[1][2];
+        fp4_tile_sums(sums + (size_t)j * ts + g, Si, acc);
         fp4_store<1, PAIR>(fp4_tile_target(seg, t0 + j), 1, 0, lane & ~3, acc); /* lane & ~3: as token 0's lane */
     }
 }
