@@ -1212,12 +1212,17 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * down_proj: fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7,
  * 8 x 2 early 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3
  * 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). 17 warps (down's 85 units per block in equal runs of 5) lost
- * (session 15: down 16.7-17.9 us against mma_ck12x2's 16.1). */
+ * (session 15: down 16.7-17.9 us against mma_ck12x2's 16.1).
+ * LATE: ring slots 1.. are copied once x is prepared, not right behind x's loads, where their 4.6 KB per warp delayed
+ * x's return. mma_ck12x2 only: H200, tilebench M = 1 (session 16, every mma_ck late against none), down 16.3 -> 15.8
+ * us, x ready (p50 after the wait) 2.2 -> 1.7 us; mtp_fc 11.3 -> 10.4, gdn_out / attn_o 8.3 -> 7.9 (ck12x2 then the
+ * pick), attn_qkv 13.2 -> 12.7; but mma_ck8x2e slower (gate+up 25.8 -> 26.8, down 16.5 -> 17.2), mma_ck8x3 equal or
+ * slower. */
 /* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
  * once (the end of fp4_mma_ck) then sit in distinct banks. */
 #define FP4_CK_PAD 8
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
-template <int WPB, int D, bool EARLY, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, bool LATE, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const __grid_constant__ fp4_segments seg,
                                                        const float *x /* [K] */, int64_t K, int64_t S, int clusters) {
@@ -1251,9 +1256,13 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
     fp4_prep_block<(FP4_CK_PREP_SLICES + WPB - 1) / WPB>(x + (int64_t)sa * FP4_SLICE, K - (int64_t)sa * FP4_SLICE, Sb,
                                                           xsh, reinterpret_cast<float *>(xsh + Sb * 128), [&] {
+                                                              if (!LATE)
 #pragma unroll
-                                                              for (int j = 1; j < D; j++) copy_next(0);
+                                                                  for (int j = 1; j < D; j++) copy_next(0);
                                                           });
+    if (LATE)
+#pragma unroll
+        for (int j = 1; j < D; j++) copy_next(0);
     const fp4_xsrc xs = {xsh, reinterpret_cast<const float *>(xsh + Sb * 128)};
     const uint2 *xf_lane[1];
     fp4_x_lanes<1, true>(xs, Sb, 1, 0, lane, xf_lane);
@@ -1603,27 +1612,27 @@ static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles)
     const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL));
     return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
 }
-/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block, ring slots and early refill (1: EARLY), read by their
- * launches and their fit check alike; blocks per cluster. */
-static constexpr int fp4_ck_shape[3][3] = {{8, 3, 0}, {8, 2, 1}, {12, 2, 0}};
+/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block, ring slots, early refill (1: EARLY) and slots 1..
+ * copied after x's preparation (1: LATE), read by their launches and their fit check alike; blocks per cluster. */
+static constexpr int fp4_ck_shape[3][4] = {{8, 3, 0, 0}, {8, 2, 1, 0}, {12, 2, 0, 1}};
 #define FP4_CK_CL 2
 /* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
  * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
-template <int WPB, int D, bool EARLY, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, bool LATE, int CL, bool PAIR>
 static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const int64_t tiles = seg.tile_begin[seg.count];
     static fp4_occupancy occ;
     size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles);
-    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
     if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
         smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
-        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
         clusters = again >= clusters ? clusters : 0;
     }
     if (clusters < 1) return false;
     QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
-    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, EARLY, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg,
+    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg,
                        x, K, S, clusters);
     return true;
 }
@@ -1651,8 +1660,8 @@ static const char *const fp4_variant_names[FP4_VARIANTS] = {
 
 template <int I, bool PAIR> /* mma_ck variant 9 + I */
 static bool launch_ck_v(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
-    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], fp4_ck_shape[I][2] != 0, FP4_CK_CL, PAIR>(blocks, seg, x,
-                                                                                                       K, S, T);
+    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], fp4_ck_shape[I][2] != 0, fp4_ck_shape[I][3] != 0,
+                     FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T);
 }
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1838,8 +1847,8 @@ static char tune_path[1536];
 
 /* The cache file's name carries the variant count and this revision, raised whenever the kernels change so that their
  * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
- * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). */
-#define FP4_TUNE_REVISION 2
+ * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). 3: mma_ck12x2 copies its ring late (session 16). */
+#define FP4_TUNE_REVISION 3
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
 static void tune_file_init(void) {
