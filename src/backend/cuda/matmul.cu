@@ -26,9 +26,10 @@
  *                           178 -> 175)
  *   nvfp4 9  mma_ck8x3      "clustered, K split" (T = 1, sm_90): mma_cl with each block of a cluster of 2 taking half
  *   nvfp4 10 mma_ck8x2e     of every tile's slices (so half of x to prepare), every p summed in the second block;
- *   nvfp4 11 mma_ck12x2     8 warps x 3 slots, 8 x 2 refilled as soon as a slot is read (e: early), 12 x 2. Win on
- *                           the long-K and short-K shapes (H200: down 20.2 -> 17.0-17.3 us with 8x2e, GDN / attention
- *                           out 9.9 -> 9.2-9.3 with 8x3, MTP fc 13.2 -> 11.9-12.1 with 12x2)
+ *   nvfp4 11 mma_ck12x2     8 warps x 3 slots, 8 x 2 refilled as soon as a slot is read (e: early), 12 x 2 with
+ *                           slots 1.. copied once x is prepared. Win on the long-K and short-K shapes (H200: down
+ *                           20.2 -> 17.0-17.3 us with 8x2e, then 15.8 with 12x2; GDN / attention out 9.9 -> 7.9, MTP
+ *                           fc 13.2 -> 10.4)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -36,7 +37,11 @@
  *   a prefill variant with one warp per chunk step q (each warp decoding a quarter of a slice for 32 tokens) was no
  *   faster than mma_w1 at M = 16..256: the x fragments, re-read from L2 by every tile, are the limit there. Session 4:
  *   one whole tile per warp through a 4-slot ring (no split tiles) won nowhere; silu(gate)·up made in the x
- *   preparation cost more than the swiglu launch it saved (one token: every block makes it again).
+ *   preparation cost more than the swiglu launch it saved (one token: every block makes it again). Session 16: mma_ck
+ *   in half an SM per block (the next launch's blocks resident beside, their rings copied before their wait) was
+ *   slower on down (16.3 -> 16.9-18.1 us; clusters of 4: 41 us) and gate+up, won only gdn_out / attn_o (8.3 -> 8.0),
+ *   and decode with those picks lost 3% (190.2 -> 184.3 tok/s); x asked into the L2 before the wait changed nothing
+ *   (its slow round trip is not a DRAM miss).
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
