@@ -14,14 +14,8 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "pdl_read: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                      \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#define PROBE_NAME "pdl_read"
+#include "probe.cuh"
 
 #define SLICE_BYTES 4608 // one NVFP4 slice block: 16 rows x 512 codes and their scales
 #define SLICE_U4 (SLICE_BYTES / 16)
@@ -68,10 +62,6 @@ __global__ void read_kernel(const uint4 *p /* [n] */, size_t n, size_t per, unsi
     if (acc == 0x12345678u) sink[0] = acc; // keeps the loads
 }
 
-__device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-                 "l"(gmem));
-}
 // mma_cl's memory side: every warp streams an equal run of slice blocks through its own ring of D slots, one
 // cp.async group per slot; a slot is read back (each lane its 9 uint4) and refilled with the unit D ahead. EARLY:
 // slot 0 before the wait (as mma_cl does), the rest after x's loads.

@@ -17,24 +17,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "x_read: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                        \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#define PROBE_NAME "x_read"
+#include "probe.cuh"
 
 #define K_ELEMS 17408  // down_proj's K: x is 70 KB of f32
 #define SLICE 512      // elements per slice; a block reads 17 slices (its half of K)
 #define THREADS 384    // mma_ck12x2's 12 warps
 #define STREAM_U4 3456 // 55 KB of weight copies per block (12 warps x 4608 bytes)
-
-__device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-                 "l"(gmem));
-}
 
 // Block b reads half (b % 2) of copy (b / 2) % copies of x: warp w its slices w and w + 12 of the half, each lane 4
 // float4 of a slice, every load in flight at once (fp4_prep_block's one round trip). cycles[b]: first load to barrier.
@@ -124,8 +113,8 @@ int main() {
                 std::sort(m.begin(), m.end());
                 q[i] = m[m.size() / 2];
             }
-            printf("%-10s %6d  %6lld / %6lld / %6lld / %6lld   %.2f\n", stream ? "+ stream" : "alone", copies, q[0], q[1],
-                   q[2], q[3], q[1] / (khz / 1e3));
+            printf("%-10s %6d  %6lld / %6lld / %6lld / %6lld   %.2f\n", stream ? "+ stream" : "alone", copies, q[0],
+                   q[1], q[2], q[3], q[1] / (khz / 1e3));
         }
     return 0;
 }

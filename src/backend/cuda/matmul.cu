@@ -1258,16 +1258,16 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     };
     copy_next(0); /* slot 0 before the wait, as mma_cl (the weights are written only at load) */
     pdl_start();
+    auto copy_slots_after_0 = [&] {
+#pragma unroll
+        for (int j = 1; j < D; j++) copy_next(0);
+    };
     uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
     fp4_prep_block<(FP4_CK_PREP_SLICES + WPB - 1) / WPB>(x + (int64_t)sa * FP4_SLICE, K - (int64_t)sa * FP4_SLICE, Sb,
                                                           xsh, reinterpret_cast<float *>(xsh + Sb * 128), [&] {
-                                                              if (!LATE)
-#pragma unroll
-                                                                  for (int j = 1; j < D; j++) copy_next(0);
+                                                              if (!LATE) copy_slots_after_0(); /* behind x's loads */
                                                           });
-    if (LATE)
-#pragma unroll
-        for (int j = 1; j < D; j++) copy_next(0);
+    if (LATE) copy_slots_after_0();
     const fp4_xsrc xs = {xsh, reinterpret_cast<const float *>(xsh + Sb * 128)};
     const uint2 *xf_lane[1];
     fp4_x_lanes<1, true>(xs, Sb, 1, 0, lane, xf_lane);
@@ -1627,18 +1627,18 @@ template <int WPB, int D, bool EARLY, bool LATE, int CL, bool PAIR>
 static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const int64_t tiles = seg.tile_begin[seg.count];
+    const auto kernel = fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>;
     static fp4_occupancy occ;
     size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles);
-    int clusters = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+    int clusters = (int)fp4_resident(kernel, WPB * 32, smem, CL, occ, tiles);
     if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
         smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
-        const int again = (int)fp4_resident(fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, WPB * 32, smem, CL, occ, tiles);
+        const int again = (int)fp4_resident(kernel, WPB * 32, smem, CL, occ, tiles);
         clusters = again >= clusters ? clusters : 0;
     }
     if (clusters < 1) return false;
     QRT_ASSERT(tiles * S < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
-    QRT_LAUNCH_CLUSTER(CL, fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg,
-                       x, K, S, clusters);
+    QRT_LAUNCH_CLUSTER(CL, kernel, (unsigned)(clusters * CL), WPB * 32, smem, blocks, seg, x, K, S, clusters);
     return true;
 }
 
@@ -1852,7 +1852,8 @@ static char tune_path[1536];
 
 /* The cache file's name carries the variant count and this revision, raised whenever the kernels change so that their
  * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
- * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). 3: mma_ck12x2 copies its ring late (session 16). */
+ * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). 3: mma_ck12x2 copies its ring late
+ * (session 16). */
 #define FP4_TUNE_REVISION 3
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
