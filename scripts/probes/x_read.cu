@@ -9,7 +9,10 @@
 //                     right behind x's loads, from memory that is not in the L2
 // If copies 1 is much slower than copies 66, the L2's serving of hot lines is the limit (a producer could store h in
 // copies); if all are alike, it is the round trip's latency. Diagnostic only (not a test; scripts/test.sh compiles
-// it). Written in session 16, not yet run. On a GPU:
+// it). Run in session 17 (H200, docs/results/x-read-h200-session17.log; cycles p50 at 1980 MHz): copies 1 1100
+// (0.56 us), 2 1109, 8 1353, 66 1322; with the weight copies behind, 1089 / 1089 / 1431 / 1458. One hot x is no slower
+// than 66 copies, and the read alone is a third of the 1.7 us: neither the L2's serving of hot lines nor one round
+// trip is what mma_ck's x preparation waits on. On a GPU:
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o x_read scripts/probes/x_read.cu && ./x_read
 #include <algorithm>
 #include <cstdint>
