@@ -41,7 +41,11 @@
  *   in half an SM per block (the next launch's blocks resident beside, their rings copied before their wait) was
  *   slower on down (16.3 -> 16.9-18.1 us; clusters of 4: 41 us) and gate+up, won only gdn_out / attn_o (8.3 -> 8.0),
  *   and decode with those picks lost 3% (190.2 -> 184.3 tok/s); x asked into the L2 before the wait changed nothing
- *   (its slow round trip is not a DRAM miss).
+ *   (its slow round trip is not a DRAM miss). Session 17: the whole MLP in one launch (gate|up with swiglu, then down,
+ *   in one grid of resident clusters; h awaited on a grid-wide counter, down's first slots copied during gate|up's
+ *   tail) lost to the two launches, 43.0-43.9 us against 41.2-41.6 (docs/results/mlp-fused-session17.patch); mma_ck
+ *   rings started from the L2 (the first units asked into the L2 before the wait in place of slot 0's copy, or beside
+ *   it) were slower or equal on every shape (docs/results/ck-start-session17.patch).
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
