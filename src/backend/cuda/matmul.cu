@@ -43,11 +43,11 @@
  *   and decode with those picks lost 3% (190.2 -> 184.3 tok/s); x asked into the L2 before the wait changed nothing
  *   (its slow round trip is not a DRAM miss). Session 17: the whole MLP in one launch (gate|up with swiglu, then down,
  *   in one grid of resident clusters; h awaited on a grid-wide counter, down's first slots copied during gate|up's
- *   tail) lost to the two launches, 43.0-43.9 us against 41.2-41.6 (docs/results/mlp-fused-session17.patch); mma_ck
+ *   tail) lost to the two launches, 43.0-46.7 us against 41.2-41.6 (docs/results/mlp-fused-session17.patch); mma_ck
  *   rings started from the L2 (the first units asked into the L2 before the wait in place of slot 0's copy, or beside
  *   it) were slower or equal on every shape (docs/results/ck-start-session17.patch); grids cut into equal tiles per
  *   cluster (64 x 5 on down) gained nothing; a block's units handed out at run time as warps refill (one shared
- *   counter) lost 25% on down (docs/results/ck-dyn-session17.patch).
+ *   counter) made down 15.8 -> 19.9 us (docs/results/ck-dyn-session17.patch).
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
