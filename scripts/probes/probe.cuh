@@ -1,8 +1,10 @@
 // What the diagnostic probes share (each .cu in scripts/probes is a program of its own; this header is not one).
 // Define PROBE_NAME, the program's name for its error messages, before including it.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 // Exits with the file, line and CUDA's message when a CUDA call fails.
 #define CK(x)                                                                                                          \
@@ -18,4 +20,23 @@
 __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
                  "l"(gmem));
+}
+
+// One launch's per-block cycle counts, copied back and sorted; appended to runs unless it is the warm-up (rep 0).
+static inline void probe_collect(const long long *cycles_dev, int blocks, int rep,
+                                 std::vector<std::vector<long long>> &runs) {
+    std::vector<long long> c(blocks);
+    CK(cudaMemcpy(c.data(), cycles_dev, blocks * sizeof(long long), cudaMemcpyDeviceToHost));
+    std::sort(c.begin(), c.end());
+    if (rep) runs.push_back(c);
+}
+// The median over launches of each launch's p10, p50, p90 and max over its `blocks` blocks.
+static inline void probe_quantiles(const std::vector<std::vector<long long>> &runs, int blocks, long long (&q)[4]) {
+    const size_t at[4] = {(size_t)blocks / 10, (size_t)blocks / 2, (size_t)blocks * 9 / 10, (size_t)blocks - 1};
+    for (int i = 0; i < 4; i++) {
+        std::vector<long long> m;
+        for (auto &r : runs) m.push_back(r[at[i]]);
+        std::sort(m.begin(), m.end());
+        q[i] = m[m.size() / 2];
+    }
 }

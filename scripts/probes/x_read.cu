@@ -103,19 +103,10 @@ int main() {
                 if (stream) x_read_kernel<true><<<blocks, THREADS, smem>>>(x, copies, w, cycles, sink);
                 else x_read_kernel<false><<<blocks, THREADS, 0>>>(x, copies, w, cycles, sink);
                 CK(cudaGetLastError());
-                std::vector<long long> c(blocks);
-                CK(cudaMemcpy(c.data(), cycles, blocks * sizeof(long long), cudaMemcpyDeviceToHost));
-                std::sort(c.begin(), c.end());
-                if (rep) runs.push_back(c); // the first is a warm-up
+                probe_collect(cycles, blocks, rep, runs);
             }
             long long q[4];
-            const size_t at[4] = {(size_t)blocks / 10, (size_t)blocks / 2, (size_t)blocks * 9 / 10, (size_t)blocks - 1};
-            for (int i = 0; i < 4; i++) {
-                std::vector<long long> m;
-                for (auto &r : runs) m.push_back(r[at[i]]);
-                std::sort(m.begin(), m.end());
-                q[i] = m[m.size() / 2];
-            }
+            probe_quantiles(runs, blocks, q);
             printf("%-10s %6d  %6lld / %6lld / %6lld / %6lld   %.2f\n", stream ? "+ stream" : "alone", copies, q[0],
                    q[1], q[2], q[3], q[1] / (khz / 1e3));
         }

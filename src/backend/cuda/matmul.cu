@@ -47,7 +47,10 @@
  *   rings started from the L2 (the first units asked into the L2 before the wait in place of slot 0's copy, or beside
  *   it) were slower or equal on every shape (docs/results/ck-start-session17.patch); grids cut into equal tiles per
  *   cluster (64 x 5 on down) gained nothing; a block's units handed out at run time as warps refill (one shared
- *   counter) made down 15.8 -> 19.9 us (docs/results/ck-dyn-session17.patch).
+ *   counter) made down 15.8 -> 19.9 us (docs/results/ck-dyn-session17.patch). Session 18: mma_ck's ring copies as
+ *   cp.async.bulk (one per 4608-byte unit, an mbarrier per slot) lost everywhere (down 15.8 -> 17.4 us with ck12x2's
+ *   schedule), and so did only the first copy of slots 1.. as a bulk copy (down 17.5); slot 1 copied before the launch
+ *   wait too lost on down (16.1-16.7) and tied on gate+up (docs/results/ck-*-session18.patch).
  *
  * Batch invariance. Every kernel of a format reduces a row in one fixed order, so a row's result does not depend
  * on T, on the token's place in the batch, or on the variant (the tests check this bit for bit); the autotuner's
@@ -1244,7 +1247,14 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, Si = (int)S, g = lane >> 2;
     const int ts = Si * 16 + FP4_CK_PAD; /* floats per tile of sums */
     const int cl = (int)(blockIdx.x / CL), r = (int)(blockIdx.x % CL), tiles = (int)seg.tile_begin[seg.count];
-    const int t0 = (int)((int64_t)cl * tiles / clusters), nt = (int)((int64_t)(cl + 1) * tiles / clusters) - t0;
+    /* The tiles % clusters larger shares go to the first clusters: blocks start in index order as the launch before
+     * frees their SMs, so the last clusters start last, the very last one often only once the launch wait returns
+     * (without its ring's slot 0 ahead). With the larger shares spread evenly, that cluster ended its loop ~1.5 us
+     * after the others and set the launch's end; given a smaller share, it ends with them. H200 (docs/benchmarks.md,
+     * session 18): decode 195.0 -> 197.9 tok/s, tilebench M = 1 gdn_out 7.9 -> 7.5 us, gate+up 25.2 -> 24.9, down
+     * 15.6 -> 15.4-15.5. */
+    const int share = tiles / clusters, larger = tiles % clusters;
+    const int t0 = cl * share + (cl < larger ? cl : larger), nt = share + (cl < larger ? 1 : 0);
     const int sa = r * Si / CL, Sb = (r + 1) * Si / CL - sa, Ub = nt * Sb; /* this block's slices and units */
     const int v0 = warp * Ub / WPB, v1 = (warp + 1) * Ub / WPB;            /* this warp's run of them */
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
