@@ -1869,8 +1869,9 @@ static char tune_path[1536];
 /* The cache file's name carries the variant count and this revision, raised whenever the kernels change so that their
  * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
  * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). 3: mma_ck12x2 copies its ring late
- * (session 16). */
-#define FP4_TUNE_REVISION 3
+ * (session 16). 4: mma_ck's larger shares go to the first clusters (session 18; gdn_out / attn_o's fastest went from
+ * mma_ck12x2 to mma_ck8x3). */
+#define FP4_TUNE_REVISION 4
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
 static void tune_file_init(void) {
