@@ -1,6 +1,7 @@
-// How long does a copy asked for before griddepcontrol.wait take to land? mma_ck12x2's ring slot 0 (55 KB per block,
-// 7.3 MB over 132 blocks) is asked for ~1.3 us before the launch wait and lands ~3.3 us after it (docs/benchmarks.md,
-// session 17, item 5), while the same copies on an idle GPU take 2.1 us (tlb_read.cu). This probe runs a streaming
+// How long does a copy asked for before griddepcontrol.wait take to land? Session 17's timeline was read as
+// mma_ck12x2's ring slot 0 (55 KB per block, 7.3 MB over 132 blocks) landing ~3.3 us after the launch wait, asked for
+// ~1.3 us before it (docs/benchmarks.md, session 17, item 5; corrected in session 18), while the same copies on an
+// idle GPU take 2.1 us (tlb_read.cu). This probe runs a streaming
 // kernel (`prev`, every block reading its share of 50 MB, equal shares or with half of the blocks given 1.5x) and then
 // `next`, which copies 55 KB per block into shared memory: issued at its entry, before griddepcontrol.wait, and
 // waited for after it. Stamps (%globaltimer, ns): next's entry, its wait's return, the copy's arrival, and prev's block
@@ -9,7 +10,8 @@
 // plain, next enters at 1.79 and its copy lands at 3.84 (2.05 after entry); PDL, next's blocks enter at -2.05 (as
 // prev's blocks leave), the wait returns at 0.77 and the copy has landed by then (landed - wait 0.00 at p90); uneven
 // prev, next enters at -6.14 and likewise. So a copy asked for before the wait is not held back by it: once a block
-// is on its SM a microsecond or two before the wait returns, its first 55 KB are there. Diagnostic only (not a test; scripts/test.sh compiles it). On a GPU:
+// is on its SM a microsecond or two before the wait returns, its first 55 KB are there. Diagnostic only (not a test;
+// scripts/test.sh compiles it). On a GPU:
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o pdl_copy scripts/probes/pdl_copy.cu && ./pdl_copy
 #include <algorithm>
 #include <cstdint>
@@ -32,15 +34,15 @@ __device__ __forceinline__ unsigned long long gtime(void) {
     return t;
 }
 
-// Block b reads its share of src (its shared memory unused: it only keeps next's block off the SM) (uneven: blocks b % 2 == 1 read 1.5x the others), then stamps its exit.
+// Block b reads its share of src (uneven: odd blocks read 1.5x the others), then stamps its exit. Its shared memory is
+// unused: it only keeps next's block off the SM.
 __global__ void __launch_bounds__(THREADS) prev_kernel(const uint4 *src, size_t n_u4, int uneven,
                                                       unsigned long long *exit_ns, unsigned *sink) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const size_t weight_sum = uneven ? (size_t)gridDim.x / 2 * 5 : (size_t)gridDim.x * 2; // in halves
-    size_t before = 0;
-    for (unsigned b = 0; b < blockIdx.x; b++) before += uneven && (b & 1) ? 3 : 2;
-    const size_t mine = uneven && (blockIdx.x & 1) ? 3 : 2;
-    const size_t lo = n_u4 * before / weight_sum, hi = n_u4 * (before + mine) / weight_sum;
+    // shares in halves: 2 per block, 3 for odd blocks when uneven; the blocks below b hold b / 2 odd ones
+    auto halves_below = [&](size_t b) { return 2 * b + (uneven ? b / 2 : 0); };
+    const size_t total = halves_below(gridDim.x);
+    const size_t lo = n_u4 * halves_below(blockIdx.x) / total, hi = n_u4 * halves_below(blockIdx.x + 1) / total;
     unsigned acc = 0;
     for (size_t i = lo + threadIdx.x; i < hi; i += 4 * THREADS) {
         uint4 v[4];
@@ -58,12 +60,10 @@ __global__ void __launch_bounds__(THREADS) prev_kernel(const uint4 *src, size_t 
 __global__ void __launch_bounds__(THREADS) next_kernel(const uint4 *region, unsigned long long *stamps) {
     extern __shared__ uint4 smem[];
     const unsigned long long t0 = gtime();
-    const uint4 *mine = region + (size_t)blockIdx.x * COPY_U4;
-    for (int i = threadIdx.x; i < COPY_U4; i += THREADS) cp_async16(smem + i, mine + i);
-    asm volatile("cp.async.commit_group;\n" ::);
+    probe_copy_issue(smem, region + (size_t)blockIdx.x * COPY_U4, COPY_U4);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned long long t1 = gtime();
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    probe_copy_wait();
     __syncthreads();
     const unsigned long long t2 = gtime();
     if (threadIdx.x == 0) {
@@ -103,8 +103,9 @@ int main() {
         for (int pdl = 0; pdl < 2; pdl++) {
             std::vector<double> entry, wait, land, land_after_wait, land_after_entry, prev_exit;
             for (int r = 0; r < ROUNDS; r++) {
-                prev_kernel<<<blocks, THREADS, PREV_SMEM>>>(reinterpret_cast<const uint4 *>(prev_src + (size_t)r * PREV_BYTES),
-                                                 PREV_BYTES / 16, uneven, exit_ns, sink);
+                prev_kernel<<<blocks, THREADS, PREV_SMEM>>>(
+                    reinterpret_cast<const uint4 *>(prev_src + (size_t)r * PREV_BYTES), PREV_BYTES / 16, uneven,
+                    exit_ns, sink);
                 CK(cudaGetLastError());
                 cudaLaunchConfig_t cfg = {};
                 cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem;

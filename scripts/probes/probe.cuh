@@ -21,6 +21,13 @@ __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
                  "l"(gmem));
 }
+// This thread's share of n 16-byte units from gmem into smem (the block's threads split them), as one cp.async group.
+__device__ __forceinline__ void probe_copy_issue(uint4 *smem, const uint4 *gmem, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) cp_async16(smem + i, gmem + i);
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+// Returns once this thread's copies have landed.
+__device__ __forceinline__ void probe_copy_wait(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // One launch's per-block cycle counts, copied back and sorted; appended to runs unless it is the warm-up (rep 0).
 static inline void probe_collect(const long long *cycles_dev, int blocks, int rep,

@@ -1,10 +1,12 @@
-// Why does mma_ck12x2's ring slot 0 land ~3.3 us after the launch wait on down_proj, when it was asked for ~1.3 us
-// before it and the DRAM then serves only the 132 blocks' slot 0 (7.3 MB, 1.6 us of reads; docs/benchmarks.md,
-// session 17, item 5)? One candidate: every launch's first copies touch weight pages whose address translations are
-// not cached (a token streams ~15 GB of weights; tilebench rotates copies over more than 4x the L2), and 132 SMs'
-// page walks at once are slow. This probe times that first copy alone, in SM cycles per block (clock64 from the first
-// cp.async to its arrival), all blocks at once on an otherwise idle GPU, from 55 KB per block (12 warps x 4608 bytes,
-// as slot 0 of every mma_ck12x2 warp) of a region that is, before the timed launch:
+// Written for a question session 17's timeline seemed to raise (docs/benchmarks.md, session 17, item 5): why would
+// mma_ck12x2's ring slot 0 land ~3.3 us after the launch wait on down_proj, asked for ~1.3 us before it, when the
+// DRAM then serves only the 132 blocks' slot 0 (7.3 MB, 1.6 us of reads)? (Session 18's timeline showed slot 0 has
+// in fact landed before the loop starts; that reading was wrong.) One candidate: every launch's first copies touch
+// weight pages whose address translations are not cached (a token streams ~15 GB of weights; tilebench rotates
+// copies over more than 4x the L2), and 132 SMs' page walks at once are slow. This probe times that first copy
+// alone, in SM cycles per block (clock64 from the first cp.async to its arrival), all blocks at once on an otherwise
+// idle GPU, from 55 KB per block (12 warps x 4608 bytes, as slot 0 of every mma_ck12x2 warp) of a region that is,
+// before the timed launch:
 //   l2 hot       read whole (in the L2, its translations cached)
 //   tlb warm     touched once per 64 KB (translations cached, data in the DRAM)
 //   tlb cold     not touched (translations evicted by a walk over 32 GB, one line per 2 MB page)
@@ -34,12 +36,10 @@
 // Block b copies its 55 KB of the region into shared memory; cycles[b] from the first copy to its arrival.
 __global__ void __launch_bounds__(THREADS) copy_kernel(const uint4 *region /* [blocks][COPY_U4] */, long long *cycles) {
     extern __shared__ uint4 smem[];
-    const uint4 *mine = region + (size_t)blockIdx.x * COPY_U4;
     __syncthreads();
     const long long t0 = clock64();
-    for (int i = threadIdx.x; i < COPY_U4; i += THREADS) cp_async16(smem + i, mine + i);
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    probe_copy_issue(smem, region + (size_t)blockIdx.x * COPY_U4, COPY_U4);
+    probe_copy_wait();
     __syncthreads();
     const long long t1 = clock64();
     if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;

@@ -47,11 +47,7 @@ __global__ void __launch_bounds__(THREADS) x_read_kernel(const float4 *x /* [cop
 #pragma unroll
         for (int q = 0; q < 4; q++) v[b][q] = s < slices ? __ldcg(mine + s * (SLICE / 4) + q * 32 + lane) : float4{};
     }
-    if (STREAM) {
-        const uint4 *w = weights + (size_t)blockIdx.x * STREAM_U4;
-        for (int i = threadIdx.x; i < STREAM_U4; i += THREADS) cp_async16(smem + i, w + i);
-        asm volatile("cp.async.commit_group;\n" ::);
-    }
+    if (STREAM) probe_copy_issue(smem, weights + (size_t)blockIdx.x * STREAM_U4, STREAM_U4);
     float acc = 0.0f;
 #pragma unroll
     for (int b = 0; b < 2; b++)
@@ -60,7 +56,7 @@ __global__ void __launch_bounds__(THREADS) x_read_kernel(const float4 *x /* [cop
     __syncthreads();
     const long long t1 = clock64();
     if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-    if (STREAM) asm volatile("cp.async.wait_group 0;\n" ::);
+    if (STREAM) probe_copy_wait();
     if (acc == 1234.5f) sink[0] = 1; // keeps the loads
 }
 
