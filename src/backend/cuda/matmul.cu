@@ -30,6 +30,11 @@
  *                           slots 1.. copied once x is prepared. Win on the long-K and short-K shapes (H200: down
  *                           20.2 -> 17.0-17.3 us with 8x2e, then 15.8 with 12x2; GDN / attention out 9.9 -> 7.9, MTP
  *                           fc 13.2 -> 10.4)
+ *   nvfp4 12 mma_ck8x2eh    mma_ck, "hold": slots 1.. asked for behind every warp's x loads, unit 0 held in registers
+ *   nvfp4 13 mma_ck12x2eh   so slot 0 refills before x is converted, p summed through st.async and an mbarrier
+ *   nvfp4 14 mma_ck12x2eht  (8 or 12 warps x 2 slots, early refill); eht also cuts each block's last unit over its
+ *                           last 4 warps by chunk step. H200: down 15.6 -> 15.1 (eh) -> 14.8-14.9 us (eht), gdn_in
+ *                           14.2 -> 13.7, GDN / attention out 7.4 -> 7.1 (session 19)
  *   Tried and dropped on the H200 (docs/benchmarks.md, 2026-12-01): a persistent grid streaming slice blocks through
  *   a shared-memory ring with bulk copies (TMA, mbarriers) was slower everywhere (the consumers, not the memory, were
  *   the limit); a register prefetch of the next slice, a single mma chain per slice and forced lower register counts
@@ -619,6 +624,33 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
         }
 }
 
+/* Chunk step Q of fp4_slice_mma alone, one token (SX): this lane's e_Q for rows g, g + 8 (the hi + lo sum of chunk step
+ * Q's mma chain), from the step's codes (ca, cb: cur.ca[Q], cur.cb[Q]) and the slice's scales. p = ((e_0 + e_1) +
+ * (e_2 + e_3)) · xsc then has fp4_slice_mma's bits: the chain runs its k-steps in the same order. */
+template <int Q>
+__device__ __forceinline__ void fp4_chunk_e(const uint4 &ca, const uint4 &cb, const uint4 &sc, const uint2 *xf_s,
+                                            float (&e)[2]) {
+    const uint32_t pa = Q < 2 ? sc.x : sc.y, pb = Q < 2 ? sc.z : sc.w;
+    const uint32_t sha = Q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
+    const uint32_t shb = Q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int wi = 0; wi < 4; wi++) {
+        uint32_t oa[4], ob[4];
+        fp4_decode_word(u4_word(ca, wi), oa);
+        fp4_decode_word(u4_word(cb, wi), ob);
+        const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
+        const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint2 b = xf_s[(Q * 8 + 2 * wi + h) * 8];
+            mma_16816(d, hmul2_u(oa[2 * h], sca), hmul2_u(ob[2 * h], scb), hmul2_u(oa[2 * h + 1], sca),
+                      hmul2_u(ob[2 * h + 1], scb), b.x, b.y);
+        }
+    }
+    e[0] = d[0] + d[1], e[1] = d[2] + d[3];
+}
+
 /* The weights one launch covers: one linear, or the parts of a fused group (matmul_group) whose tiles lie one after
  * another in one allocation (a tile never spans two parts). Each row keeps its part's scale2 and is written to its
  * part's output; its reduction is unchanged, so a fused launch gives the same bits as one launch per part. */
@@ -1136,6 +1168,39 @@ __device__ __forceinline__ void cluster_wait(void) {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
+/* An mbarrier in this block's shared memory that completes once `bytes` of st.async stores have landed in it (from
+ * the other blocks of the cluster): initialised by one thread before the cluster barrier that every remote store
+ * waits behind. */
+__device__ __forceinline__ void mbar_init_expect(uint64_t *bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(a) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait_phase0(uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}\n"
+                     : "=r"(done)
+                     : "r"(a)
+                     : "memory");
+#endif
+}
+/* A 4-byte store into another block's shared memory that counts 4 bytes down on that block's mbarrier (both
+ * shared::cluster addresses): no fence, no cluster barrier behind it. */
+__device__ __forceinline__ void cluster_store_async_f32(unsigned addr, float v, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr),
+                 "r"(__float_as_uint(v)), "r"(bar)
+                 : "memory");
+#endif
+}
 /* The split-tile sums of the warp that holds unit `last` of its cluster (units base.., Uc of them over Wc warps):
  * the shared::cluster address of its [S][16] floats. */
 template <int WPB>
@@ -1217,30 +1282,48 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
     fp4_store<1, PAIR>(fp4_tile_target(seg, first), 1, 0, lane, acc);
 }
 
-/* Variant mma_ck<WPB, D, EARLY, CL> ("clustered, K split", one token, sm_90): as mma_cl, but block r of each cluster
- * takes slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the block's (tile, slice) units
- * into equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34; the x preparation was measured
- * at 3.3 of mma_cl8x3's 20.5 us there, H200). Every unit's p goes into the last block's shared memory (distributed
+/* Variant mma_ck<WPB, D, EARLY, SLOTS, ASYNC, TAIL, CL> ("clustered, K split", one token, sm_90): as mma_cl, but
+ * block r of each cluster takes slices [r·S/CL, (r+1)·S/CL) of every tile its cluster owns, and its warps cut the
+ * block's (tile, slice) units into equal runs. So a block prepares only its own slices of x (down_proj: 17 of 34;
+ * the x preparation was measured at 3.3 of mma_cl8x3's 20.5 us there, H200). Every unit's p goes into the last block's shared memory (distributed
  * shared memory), [cluster tiles][S·16 + FP4_CK_PAD]; after one cluster barrier that block's warps sum each tile in
  * slice order (mma_w1's bits). EARLY: each slot refilled as soon as it is read (fp4_slot_p). H200, tilebench M = 1,
  * down_proj: fewer copies in flight were faster, 8 x 4 slots 18.4-18.7 us, 8 x 3 early 17.7-17.9, 8 x 3 17.4-17.7,
  * 8 x 2 early 17.0-17.3 (docs/benchmarks.md, session 12); early refill made mma_cl slower everywhere (gate+up 8 x 3
  * 28.5 -> 29.2) and mma_ck8x4 too (18.4 -> 19.1). 17 warps (down's 85 units per block in equal runs of 5) lost
  * (session 15: down 16.7-17.9 us against mma_ck12x2's 16.1).
- * LATE: ring slots 1.. are copied once x is prepared, not right behind x's loads, where their 4.6 KB per warp delayed
- * x's return. mma_ck12x2 only: H200, tilebench M = 1 (session 16, every mma_ck late against none), down 16.3 -> 15.8
- * us, x ready (p50 after the wait) 2.2 -> 1.7 us; mtp_fc 11.3 -> 10.4, gdn_out / attn_o 8.3 -> 7.9 (ck12x2 then the
- * pick), attn_qkv 13.2 -> 12.7; but mma_ck8x2e slower (gate+up 25.8 -> 26.8, down 16.5 -> 17.2), mma_ck8x3 equal or
- * slower. */
+ * SLOTS: when ring slots 1.. are asked for (slot 0 always goes out before the launch wait).
+ * - FP4_CK_WITH_X: by each warp right behind its own x loads.
+ * - FP4_CK_AFTER_X: once x is prepared; behind x's loads their 4.6 KB per warp delayed x's return. mma_ck12x2 only:
+ *   H200, tilebench M = 1 (session 16), down 16.3 -> 15.8 us, x ready (p50 after the wait) 2.2 -> 1.7 us; mtp_fc
+ *   11.3 -> 10.4, gdn_out / attn_o 8.3 -> 7.9, attn_qkv 13.2 -> 12.7; but mma_ck8x2e slower (gate+up 25.8 -> 26.8).
+ * - FP4_CK_HOLD: behind every warp's x loads (a block barrier puts them all ahead of the copies), and then unit v0 is
+ *   taken from slot 0 into registers and slot 0 refilled with unit v0 + D at once, before x is converted: the ring
+ *   has D units in flight through x's preparation instead of D - 1, and a warp's first unit needs no wait. H200,
+ *   tilebench M = 1 (session 19, docs/benchmarks.md): down 15.6-15.7 -> 15.1 us (mma_ck12x2 -> mma_ck12x2eh), gdn_in
+ *   14.2 -> 13.6-13.8, gdn_out 7.4 -> 7.1, attn_qkv 12.6 -> 12.4 (mma_ck8x2eh); gate+up slower (8x2e 25.0 -> 25.8).
+ *   The barrier alone (slots 1.. behind every warp's x loads, no unit held): down 15.5 -> 15.4.
+ * ASYNC: the other blocks write their p by st.async, each store counting 4 bytes down on an mbarrier of the last
+ * block, which waits on it; so no block ends with a cluster barrier (its release compiled to MEMBAR.ALL.GPU ahead of
+ * the arrive) and the other blocks leave as soon as their loops end.
+ * TAIL (needs HOLD, WPB >= 4): the block's last unit is cut by chunk step over its last 4 warps, each e_q copied with
+ * slot 1 and summed in fp4_slice_mma's order by the last warp after a named barrier: down's 5-tile blocks have 85
+ * units over 12 warps, and the one warp with 8 ended ~0.8 us after the others (session 18 timeline). Session 19:
+ * down 15.0 -> 14.8-14.9 us; slower on every other shape.
+ * Measured and dropped (session 19): 13 warps (down 15.4 -> 16.4 us: one scheduler holds 4 warps, the others 3),
+ * 16 warps (15.4-15.6 with HOLD), 3 slots with the barrier (slower), slot 1 by each warp after its own x conversion
+ * (a tie). A static __shared__ variable in this kernel (8 bytes for the mbarrier) made every mma_ck variant ~15%
+ * slower on the same machine (down 15.4 -> 17.7 us, gate+up 25.1 -> 29.8), so the mbarrier sits in dynamic shared
+ * memory past the sums (why it mattered was not measured). */
 /* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
  * once (the end of fp4_mma_ck) then sit in distinct banks. */
 #define FP4_CK_PAD 8
+enum { FP4_CK_WITH_X, FP4_CK_AFTER_X, FP4_CK_HOLD }; /* mma_ck's SLOTS */
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
-template <int WPB, int D, bool EARLY, bool LATE, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, int SLOTS, bool ASYNC, bool TAIL, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const __grid_constant__ fp4_segments seg,
                                                        const float *x /* [K] */, int64_t K, int64_t S, int clusters) {
-    cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
     /* [WPB][D][FP4_BLOCK_U4] rings, [ceil(S/CL)][32][4] uint4 and [ceil(S/CL)] f32 of x, then [tiles of the cluster]
      * [S·16 + FP4_CK_PAD] f32 sums (the last block's are the ones written and read) */
     extern __shared__ uint4 fp4_st_smem[];
@@ -1256,11 +1339,24 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     const int share = tiles / clusters, larger = tiles % clusters;
     const int t0 = cl * share + (cl < larger ? cl : larger), nt = share + (cl < larger ? 1 : 0);
     const int sa = r * Si / CL, Sb = (r + 1) * Si / CL - sa, Ub = nt * Sb; /* this block's slices and units */
-    const int v0 = warp * Ub / WPB, v1 = (warp + 1) * Ub / WPB;            /* this warp's run of them */
+    /* this warp's run of them; TAIL: the block's last unit is cut by chunk step over the last 4 warps */
+    const int v0 = warp * Ub / WPB, v1 = (warp + 1) * Ub / WPB - (TAIL && warp == WPB - 1 ? 1 : 0);
     uint4 *ring = fp4_st_smem + (size_t)warp * D * FP4_BLOCK_U4;
     float *sums = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(fp4_st_smem) +
                                             fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL));
-    const unsigned sums_at = cluster_smem_addr(sums, CL - 1);
+    /* ASYNC: the mbarrier that counts the other blocks' p in, 8-aligned past the largest cluster's sums */
+    uint64_t *sums_bar = reinterpret_cast<uint64_t *>(
+        ((uintptr_t)(sums + (size_t)((tiles + clusters - 1) / clusters) * ts) + 7) & ~(uintptr_t)7);
+    const unsigned sums_at = cluster_smem_addr(sums, CL - 1), bar_at = cluster_smem_addr(sums_bar, CL - 1);
+    /* TAIL: [4 warps][3][32] uint4, chunk step j's codes (rows g, g + 8) and the scales of the block's last unit */
+    uint4 *tail_buf = reinterpret_cast<uint4 *>(reinterpret_cast<uint8_t *>(fp4_st_smem) + 16 * ((uintptr_t)
+        (reinterpret_cast<uint8_t *>(sums_bar + 1) - reinterpret_cast<uint8_t *>(fp4_st_smem) + 15) / 16));
+    float *tail_e = reinterpret_cast<float *>(tail_buf + 4 * 96); /* [4][32][2] */
+    const int tj = warp - (WPB - 4); /* TAIL: this warp's chunk step, if >= 0 */
+    /* ASYNC: the other blocks store their p by st.async, 64 bytes per unit, counted on sums_bar */
+    if (ASYNC && r == CL - 1 && threadIdx.x == 0) mbar_init_expect(sums_bar, (unsigned)(nt * sa * 64));
+    cluster_arrive_relaxed(); /* waited on before the first store into another block: every block of the cluster runs */
+    static_assert(!TAIL || (SLOTS == FP4_CK_HOLD && WPB >= 4), "TAIL's copies go out with HOLD's, over 4 warps");
     /* the copy head: unit cv of the run (tile t0 + ct, slice cs) at next, into slot ck */
     int cv = v0, ct = v0 / Sb, cs = sa + v0 % Sb, ck = 0;
     const uint4 *next = reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + ct) * Si + cs) * FP4_BLOCK_U4 + lane;
@@ -1278,32 +1374,99 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
 #pragma unroll
         for (int j = 1; j < D; j++) copy_next(0);
     };
+    fp4_slice_regs cur0; /* HOLD: unit v0, out of slot 0 while x is prepared */
+    auto after_x_loads = [&] { /* each warp, once its x loads are in flight */
+        if (SLOTS == FP4_CK_WITH_X) copy_slots_after_0();
+        if (SLOTS != FP4_CK_HOLD) return;
+        __syncthreads(); /* every warp's x loads ahead of any copy */
+        if (TAIL && tj >= 0 && Ub > 0) { /* in slot 1's commit group: chunk step tj of the block's last unit */
+            const uint4 *last =
+                reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + nt - 1) * Si + sa + Sb - 1) * FP4_BLOCK_U4;
+            const uint64_t policy = l2_evict_first();
+            uint4 *mine = tail_buf + tj * 96 + lane;
+            cp_async16_stream(mine, last + tj * 32 + lane, policy);
+            cp_async16_stream(mine + 32, last + (4 + tj) * 32 + lane, policy);
+            cp_async16_stream(mine + 64, last + 256 + lane, policy);
+        }
+        copy_slots_after_0();
+        if (v0 < v1) {
+            cp_async_wait<D - 1>(); /* slot 0, asked for before the launch wait, has landed */
+            fp4_load_slice<false>(cur0, ring, lane);
+            copy_next(fp4_slice_words(cur0)); /* unit v0 + D into slot 0 */
+        }
+    };
     uint4 *xsh = fp4_st_smem + (size_t)WPB * D * FP4_BLOCK_U4;
     fp4_prep_block<(FP4_CK_PREP_SLICES + WPB - 1) / WPB>(x + (int64_t)sa * FP4_SLICE, K - (int64_t)sa * FP4_SLICE, Sb,
-                                                          xsh, reinterpret_cast<float *>(xsh + Sb * 128), [&] {
-                                                              if (!LATE) copy_slots_after_0(); /* behind x's loads */
-                                                          });
-    if (LATE) copy_slots_after_0();
+                                                          xsh, reinterpret_cast<float *>(xsh + Sb * 128),
+                                                          after_x_loads);
+    if (SLOTS == FP4_CK_AFTER_X) copy_slots_after_0();
     const fp4_xsrc xs = {xsh, reinterpret_cast<const float *>(xsh + Sb * 128)};
     const uint2 *xf_lane[1];
     fp4_x_lanes<1, true>(xs, Sb, 1, 0, lane, xf_lane);
     cluster_wait();
     int lt = v0 / Sb, s = v0 % Sb; /* the unit being consumed: tile t0 + lt, slice sa + s */
-    for (int v = v0, k = 0; v < v1; v++, k = k == D - 1 ? 0 : k + 1) {
+    auto put_p = [&](const float (&p)[1][2]) {
+        if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
+            const unsigned at = sums_at + (unsigned)((lt * ts + (sa + s) * 16 + g) * 4);
+            if (ASYNC && r != CL - 1) {
+                cluster_store_async_f32(at, p[0][0], bar_at);
+                cluster_store_async_f32(at + 32, p[0][1], bar_at);
+            } else if (ASYNC) { /* into this block's own sums, ordered for its warps by the barrier at the end */
+                float *own = sums + lt * ts + (sa + s) * 16 + g;
+                own[0] = p[0][0], own[8] = p[0][1];
+            } else {
+                cluster_store_f32(at, p[0][0]);
+                cluster_store_f32(at + 32, p[0][1]);
+            }
+        }
+        if (++s == Sb) s = 0, lt++;
+    };
+    int v = v0, k = 0;
+    if (SLOTS == FP4_CK_HOLD && v < v1) { /* unit v0, in registers since x's preparation */
+        const uint2 *xf_s[1];
+        float xsc[1], p[1][2];
+        fp4_x_slice<1, true>(xf_lane, xs, Sb, 1, 0, s, lane, xf_s, xsc);
+        fp4_slice_mma<1, true>(cur0, xf_s, xsc, p);
+        put_p(p);
+        v++, k = 1 % D;
+    }
+    for (; v < v1; v++, k = k == D - 1 ? 0 : k + 1) {
         float p[1][2];
         fp4_slot_p<1, D, true, EARLY>(ring + k * FP4_BLOCK_U4, lane, xf_lane, xs, Sb, 1, 0, s, p,
                                       copy_next); /* unit v + D */
-        if ((lane & 3) == 0) { /* lanes 4g hold token 0: rows g, g + 8 */
-            const unsigned at = sums_at + (unsigned)((lt * ts + (sa + s) * 16 + g) * 4);
-            cluster_store_f32(at, p[0][0]);
-            cluster_store_f32(at + 32, p[0][1]);
-        }
-        if (++s == Sb) s = 0, lt++;
+        put_p(p);
     }
     cp_async_wait<0>();
-    cluster_arrive();
-    if (r != CL - 1) return; /* nothing reads this block's shared memory */
-    cluster_wait();          /* every unit's p is in this block's shared memory */
+    if (TAIL && tj >= 0 && Ub > 0) { /* the block's last unit (tile t0 + nt - 1, slice sa + Sb - 1), chunk step tj */
+        const uint2 *xf_s[1];
+        float xsc[1], e[2];
+        fp4_x_slice<1, true>(xf_lane, xs, Sb, 1, 0, Sb - 1, lane, xf_s, xsc);
+        const uint4 *mine = tail_buf + tj * 96 + lane;
+        switch (tj) {
+        case 0: fp4_chunk_e<0>(mine[0], mine[32], mine[64], xf_s[0], e); break;
+        case 1: fp4_chunk_e<1>(mine[0], mine[32], mine[64], xf_s[0], e); break;
+        case 2: fp4_chunk_e<2>(mine[0], mine[32], mine[64], xf_s[0], e); break;
+        default: fp4_chunk_e<3>(mine[0], mine[32], mine[64], xf_s[0], e); break;
+        }
+        reinterpret_cast<float2 *>(tail_e)[tj * 32 + lane] = make_float2(e[0], e[1]);
+        asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the 4 warps' e */
+        if (tj == 3) { /* the last warp: its run ended just before this unit, so lt, s point at it */
+            const float2 *te = reinterpret_cast<const float2 *>(tail_e) + lane;
+            float p[1][2];
+            p[0][0] = ((te[0].x + te[32].x) + (te[64].x + te[96].x)) * xsc[0];
+            p[0][1] = ((te[0].y + te[32].y) + (te[64].y + te[96].y)) * xsc[0];
+            put_p(p);
+        }
+    }
+    if (ASYNC) {
+        if (r != CL - 1) return; /* its stores are counted on sums_bar; nothing reads this block's shared memory */
+        __syncthreads();         /* this block's own p */
+        mbar_wait_phase0(sums_bar); /* the other blocks' */
+    } else {
+        cluster_arrive();
+        if (r != CL - 1) return; /* nothing reads this block's shared memory */
+        cluster_wait();          /* every unit's p is in this block's shared memory */
+    }
     /* Quad column c of warp w sums tile 4w + c (then 4(w + WPB) + c, ...): four tiles per warp at once. One tile per
      * warp (before session 15) left 3 of every 4 lanes idle: H200, tilebench M = 1, gate+up with mma_ck8x2e (33
      * tiles per cluster) 26.3 -> 25.2 us, 83.0 -> 86.6% of the read bandwidth (docs/benchmarks.md, session 15). */
@@ -1624,31 +1787,39 @@ static bool launch_cl(const uint8_t *blocks, const fp4_segments &seg, const floa
 }
 
 /* mma_ck's shared memory at up to `tiles_per_cluster` tiles per cluster. */
-static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_cluster) {
+static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_cluster, size_t extra) {
     return fp4_ring_smem(WPB, D, true, (S + CL - 1) / CL) +
-           (size_t)tiles_per_cluster * (S * 16 + FP4_CK_PAD) * sizeof(float);
+           (size_t)tiles_per_cluster * (S * 16 + FP4_CK_PAD) * sizeof(float) + extra;
+}
+/* What ASYNC's mbarrier and TAIL's last unit (its 4 chunk steps' codes and scales, their e) add. */
+static size_t fp4_ck_extra(bool async, bool tail) {
+    return (async || tail ? 16 : 0) + (tail ? 16 + 4 * 96 * sizeof(uint4) + 4 * 32 * 2 * sizeof(float) : 0);
 }
 /* The same when the clusters fill the GPU, one block per SM (the fewest tiles per cluster): the least it can need. */
-static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles) {
+static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles, size_t extra) {
     const int64_t fit = QRT_MIN(tiles, (int64_t)(sm_count() / CL));
-    return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit);
+    return fp4_ck_smem(WPB, D, CL, S, (tiles + fit - 1) / fit, extra);
 }
-/* The mma_ck variants' shapes (nvfp4 9, 10, 11): warps per block, ring slots, early refill (1: EARLY) and slots 1..
- * copied after x's preparation (1: LATE), read by their launches and their fit check alike; blocks per cluster. */
-static constexpr int fp4_ck_shape[3][4] = {{8, 3, 0, 0}, {8, 2, 1, 0}, {12, 2, 0, 1}};
+/* The mma_ck variants' shapes (nvfp4 9.., in order): warps per block, ring slots, early refill (EARLY), when slots 1..
+ * are asked for (SLOTS), p by st.async (ASYNC) and the last unit cut (TAIL), read by their launches and their fit
+ * check alike; blocks per cluster. */
+static constexpr int fp4_ck_shape[6][6] = {
+    {8, 3, 0, FP4_CK_WITH_X, 0, 0}, {8, 2, 1, FP4_CK_WITH_X, 0, 0}, {12, 2, 0, FP4_CK_AFTER_X, 0, 0},
+    {8, 2, 1, FP4_CK_HOLD, 1, 0},   {12, 2, 1, FP4_CK_HOLD, 1, 0},  {12, 2, 1, FP4_CK_HOLD, 1, 1}};
 #define FP4_CK_CL 2
 /* mma_ck: as many clusters as fit at once, never more than tiles; one token only. Returns false as launch_cl does, and
  * when the cluster's sums do not fit beside the ring (lm_head): the caller runs mma_w1. */
-template <int WPB, int D, bool EARLY, bool LATE, int CL, bool PAIR>
+template <int WPB, int D, bool EARLY, int SLOTS, bool ASYNC, bool TAIL, int CL, bool PAIR>
 static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
     if (T != 1 || compute_major() < 9) return false;
     const int64_t tiles = seg.tile_begin[seg.count];
-    const auto kernel = fp4_mma_ck<WPB, D, EARLY, LATE, CL, PAIR>;
+    const auto kernel = fp4_mma_ck<WPB, D, EARLY, SLOTS, ASYNC, TAIL, CL, PAIR>;
     static fp4_occupancy occ;
-    size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles);
+    const size_t extra = fp4_ck_extra(ASYNC, TAIL);
+    size_t smem = fp4_ck_smem_full(WPB, D, CL, S, tiles, extra);
     int clusters = (int)fp4_resident(kernel, WPB * 32, smem, CL, occ, tiles);
-    if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters) > smem) {
-        smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters); /* fewer clusters fit: more tiles each */
+    if (clusters >= 1 && fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters, extra) > smem) {
+        smem = fp4_ck_smem(WPB, D, CL, S, (tiles + clusters - 1) / clusters, extra); /* fewer fit: more tiles each */
         const int again = (int)fp4_resident(kernel, WPB * 32, smem, CL, occ, tiles);
         clusters = again >= clusters ? clusters : 0;
     }
@@ -1673,16 +1844,17 @@ static void launch_gemm(const uint8_t *blocks, const fp4_segments &seg, const fp
  * file's name carries the count, so replacing one (9 was mma_ck8x4 until 2026-12-02, a 10-variant set) changes it). */
 enum {
     FP4_W1, FP4_K4, FP4_K4_SX, FP4_ST12X2, FP4_ST16X2, FP4_GEMM, FP4_IL12X2, FP4_CL12X2, FP4_CL8X3, FP4_CK8X3,
-    FP4_CK8X2E, FP4_CK12X2, FP4_VARIANTS
+    FP4_CK8X2E, FP4_CK12X2, FP4_CK8X2EH, FP4_CK12X2EH, FP4_CK12X2EHT, FP4_VARIANTS
 };
 static const char *const fp4_variant_names[FP4_VARIANTS] = {
     "mma_w1",     "mma_k4",    "mma_k4_sx", "mma_st12x2", "mma_st16x2", "mma_gemm",
-    "mma_il12x2", "mma_cl12x2", "mma_cl8x3", "mma_ck8x3",  "mma_ck8x2e", "mma_ck12x2"};
+    "mma_il12x2", "mma_cl12x2", "mma_cl8x3", "mma_ck8x3",  "mma_ck8x2e", "mma_ck12x2",
+    "mma_ck8x2eh", "mma_ck12x2eh", "mma_ck12x2eht"};
 
 template <int I, bool PAIR> /* mma_ck variant 9 + I */
 static bool launch_ck_v(const uint8_t *blocks, const fp4_segments &seg, const float *x, int64_t K, int64_t S, int T) {
-    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], fp4_ck_shape[I][2] != 0, fp4_ck_shape[I][3] != 0,
-                     FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T);
+    return launch_ck<fp4_ck_shape[I][0], fp4_ck_shape[I][1], fp4_ck_shape[I][2] != 0, fp4_ck_shape[I][3],
+                     fp4_ck_shape[I][4] != 0, fp4_ck_shape[I][5] != 0, FP4_CK_CL, PAIR>(blocks, seg, x, K, S, T);
 }
 template <int WPB, int D, bool PAIR>
 static bool launch_il_t(const uint8_t *blocks, const fp4_segments &seg, const fp4_xsrc &xs, const float *x, int64_t K,
@@ -1735,7 +1907,10 @@ static void launch_fp4_variant_t(int v, const uint8_t *blocks, const fp4_segment
     case FP4_CL8X3: ran = launch_cl<8, 3, 2, PAIR>(blocks, seg, x, K, S, T); break;
     case FP4_CK8X3: ran = launch_ck_v<0, PAIR>(blocks, seg, x, K, S, T); break;
     case FP4_CK8X2E: ran = launch_ck_v<1, PAIR>(blocks, seg, x, K, S, T); break;
-    default: ran = launch_ck_v<2, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK12X2: ran = launch_ck_v<2, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK8X2EH: ran = launch_ck_v<3, PAIR>(blocks, seg, x, K, S, T); break;
+    case FP4_CK12X2EH: ran = launch_ck_v<4, PAIR>(blocks, seg, x, K, S, T); break;
+    default: ran = launch_ck_v<5, PAIR>(blocks, seg, x, K, S, T); break;
     }
     if (!ran) { /* mma_w1; also where mma_st, mma_cl or mma_ck cannot fit one block, mma_cl and mma_ck above one token
                  * or below sm_90, mma_gemm below 16 tokens (same bits; the autotuner does not time them there:
@@ -1760,7 +1935,8 @@ static bool fp4_variant_own(int v, int T, int64_t N, int64_t K) {
     if (T != 1 || compute_major() < 9) return false; /* the clustered variants */
     if (v < FP4_CK8X3) return true;
     const int *shape = fp4_ck_shape[v - FP4_CK8X3];
-    return fp4_ck_smem_full(shape[0], shape[1], FP4_CK_CL, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16) <=
+    return fp4_ck_smem_full(shape[0], shape[1], FP4_CK_CL, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16,
+                            fp4_ck_extra(shape[4] != 0, shape[5] != 0)) <=
            smem_optin();
 }
 
@@ -1870,8 +2046,9 @@ static char tune_path[1536];
  * order of speed may change (picks cached for the old kernels would stay otherwise). 2: the segments read in place
  * (session 14; gate+up's fastest went from mma_cl8x3 to mma_ck8x2e). 3: mma_ck12x2 copies its ring late
  * (session 16). 4: mma_ck's larger shares go to the first clusters (session 18; gdn_out / attn_o's fastest went from
- * mma_ck12x2 to mma_ck8x3). */
-#define FP4_TUNE_REVISION 4
+ * mma_ck12x2 to mma_ck8x3). 5: mma_ck8x2eh, mma_ck12x2eh and mma_ck12x2eht added (session 19; the count changed
+ * too). */
+#define FP4_TUNE_REVISION 5
 
 /* $QRT_CACHE_DIR, else $XDG_CACHE_HOME/qwenrt, else $HOME/.cache/qwenrt; file named after the device. */
 static void tune_file_init(void) {
