@@ -1302,7 +1302,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  *   has D units in flight through x's preparation instead of D - 1, and a warp's first unit needs no wait. H200,
  *   tilebench M = 1 (session 19, docs/benchmarks.md): down 15.6-15.7 -> 15.1 us (mma_ck12x2 -> mma_ck12x2eh), gdn_in
  *   14.2 -> 13.6-13.8, gdn_out 7.4 -> 7.1, attn_qkv 12.6 -> 12.4 (mma_ck8x2eh); gate+up slower (8x2e 25.0 -> 25.8).
- *   The barrier alone (slots 1.. behind every warp's x loads, no unit held): down 15.5 -> 15.4.
+ *   The barrier with ASYNC, no unit held: down 15.5 -> 15.4.
  * ASYNC: the other blocks write their p by st.async, each store counting 4 bytes down on an mbarrier of the last
  * block, which waits on it; so no block ends with a cluster barrier (its release compiled to MEMBAR.ALL.GPU ahead of
  * the arrive) and the other blocks leave as soon as their loops end.
