@@ -24,7 +24,7 @@ rm -rf "$QRT_CACHE_DIR"
 # tiles first: mma_st12x2 -> fp4_mma_stILi[0-9]+ELi12ELi2E)
 FAMILY=fp4_$(echo "$VARIANT" | sed -E 's/^(mma_[a-z]+)[0-9].*$/\1/')
 SHAPE_ARGS=$(echo "$VARIANT" | sed -nE 's/^mma_(st|il)([0-9]+)x([0-9]+)$/ILi[0-9]+ELi\2ELi\3E/p;
-  s/^mma_c[lk]([0-9]+)x([0-9]+)e?$/ILi\1ELi\2E/p')
+  s/^mma_c[lk]([0-9]+)x([0-9]+)[a-z]*$/ILi\1ELi\2E/p')
 echo "== SASS opcodes of the ${FAMILY}${SHAPE_ARGS} kernels (whole kernels: x preparation, main loop, finish)"
 cuobjdump -sass "$BIN/qwenrt" > "$OUT/sass-all.txt" 2>&1 || echo "cuobjdump failed (see $OUT/sass-all.txt)"
 awk -v pat="Function : _Z[0-9]+${FAMILY}${SHAPE_ARGS}" '/Function : /{on = $0 ~ pat} on' "$OUT/sass-all.txt" \
