@@ -553,6 +553,22 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
     return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w;
 }
 
+/* The e4m3 scale pair (blocks 0, 1) of chunk step q as f16x2, from a row's scale words (sa or sb of fp4_slice_regs). */
+__device__ __forceinline__ uint32_t fp4_chunk_scales(const uint2 &s, int q) {
+    const uint32_t two = q < 2 ? s.x : s.y;
+    return q & 1 ? e4m3x2_hi_to_h2(two) : e4m3x2_lo_to_h2(two);
+}
+/* The A fragment of k-step (wi, h) of one chunk step from its decoded words (oa: row g, ob: row g+8) and the chunk's
+ * scales: rows g, g+8, elements e0 e2 (a0, a1) and e1 e3 (a2, a3), each times its word's block scale (elements
+ * 8 wi..8 wi+7, in both halves). */
+__device__ __forceinline__ void fp4_kstep_a(const uint32_t (&oa)[4], const uint32_t (&ob)[4], uint32_t sha,
+                                            uint32_t shb, int wi, int h, uint32_t (&a)[4]) {
+    const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
+    const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
+    a[0] = hmul2_u(oa[2 * h], sca), a[1] = hmul2_u(ob[2 * h], scb);
+    a[2] = hmul2_u(oa[2 * h + 1], sca), a[3] = hmul2_u(ob[2 * h + 1], scb);
+}
+
 /* One slice of one lane: p[nt][r] (rows g, g+8 of token 4·nt + c of the pass) = ((e0 + e1) + (e2 + e3)) · 2^e with
  * e_q = hi_q + lo_q, the two D columns of that token after chunk step q's mma chain. xf_s: this lane's B half-entry
  * (its token, its part, this slice, q 0, i 0) per token tile, in global memory (entries 64 uint2 apart), XSH, in a
@@ -563,13 +579,9 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &u, int w) {
 template <int NT, bool SX, bool XSH = false>
 __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const uint2 *const (&xf_s)[NT],
                                               const float (&xsc)[NT], float (&p)[NT][2]) {
-    uint32_t sha[4], shb[4]; /* e4m3 scale pair of chunk q (blocks 0, 1) as f16x2, rows g and g+8 */
+    uint32_t sha[4], shb[4]; /* scales of chunk step q, rows g and g+8 */
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const uint32_t pa = q < 2 ? cur.sa.x : cur.sa.y, pb = q < 2 ? cur.sb.x : cur.sb.y;
-        sha[q] = q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
-        shb[q] = q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
-    }
+    for (int q = 0; q < 4; q++) sha[q] = fp4_chunk_scales(cur.sa, q), shb[q] = fp4_chunk_scales(cur.sb, q);
     float d[4][NT][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -590,12 +602,8 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
             const int i = 2 * wi + h;
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                /* block scale of this word (elements 8 wi..8 wi+7), in both halves */
-                const uint32_t sca = __byte_perm(sha[q], 0, wi < 2 ? 0x1010 : 0x3232);
-                const uint32_t scb = __byte_perm(shb[q], 0, wi < 2 ? 0x1010 : 0x3232);
-                /* rows g, g+8: elements e0 e2 (a0, a1) and e1 e3 (a2, a3) of this k-step */
-                const uint32_t a0 = hmul2_u(oa[q][2 * h], sca), a1 = hmul2_u(ob[q][2 * h], scb);
-                const uint32_t a2 = hmul2_u(oa[q][2 * h + 1], sca), a3 = hmul2_u(ob[q][2 * h + 1], scb);
+                uint32_t a[4];
+                fp4_kstep_a(oa[q], ob[q], sha[q], shb[q], wi, h, a);
                 uint2 bnext = make_uint2(0, 0);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
@@ -608,7 +616,7 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                         b = make_uint2(b2.x, b2.y);
                         bnext = make_uint2(b2.z, b2.w);
                     } else b = bnext;
-                    mma_16816(d[q][nt], a0, a1, a2, a3, b.x, b.y); /* hi and lo columns at once */
+                    mma_16816(d[q][nt], a[0], a[1], a[2], a[3], b.x, b.y); /* hi and lo columns at once */
                 }
             }
         }
@@ -630,22 +638,19 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
 template <int Q>
 __device__ __forceinline__ void fp4_chunk_e(const uint4 &ca, const uint4 &cb, const uint4 &sc, const uint2 *xf_s,
                                             float (&e)[2]) {
-    const uint32_t pa = Q < 2 ? sc.x : sc.y, pb = Q < 2 ? sc.z : sc.w;
-    const uint32_t sha = Q & 1 ? e4m3x2_hi_to_h2(pa) : e4m3x2_lo_to_h2(pa);
-    const uint32_t shb = Q & 1 ? e4m3x2_hi_to_h2(pb) : e4m3x2_lo_to_h2(pb);
+    const uint32_t sha = fp4_chunk_scales(make_uint2(sc.x, sc.y), Q), shb = fp4_chunk_scales(make_uint2(sc.z, sc.w), Q);
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int wi = 0; wi < 4; wi++) {
         uint32_t oa[4], ob[4];
         fp4_decode_word(u4_word(ca, wi), oa);
         fp4_decode_word(u4_word(cb, wi), ob);
-        const uint32_t sca = __byte_perm(sha, 0, wi < 2 ? 0x1010 : 0x3232);
-        const uint32_t scb = __byte_perm(shb, 0, wi < 2 ? 0x1010 : 0x3232);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint2 b = xf_s[(Q * 8 + 2 * wi + h) * 8];
-            mma_16816(d, hmul2_u(oa[2 * h], sca), hmul2_u(ob[2 * h], scb), hmul2_u(oa[2 * h + 1], sca),
-                      hmul2_u(ob[2 * h + 1], scb), b.x, b.y);
+            uint32_t a[4];
+            fp4_kstep_a(oa, ob, sha, shb, wi, h, a);
+            mma_16816(d, a[0], a[1], a[2], a[3], b.x, b.y);
         }
     }
     e[0] = d[0] + d[1], e[1] = d[2] + d[3];
@@ -1319,6 +1324,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * once (the end of fp4_mma_ck) then sit in distinct banks. */
 #define FP4_CK_PAD 8
 enum { FP4_CK_WITH_X, FP4_CK_AFTER_X, FP4_CK_HOLD }; /* mma_ck's SLOTS */
+#define FP4_CK_TAIL_U4 96 /* TAIL, per warp: its chunk step's codes of rows g and g + 8 and the scales, 32 uint4 each */
 #define FP4_CK_PREP_SLICES 18 /* one round of the x preparation covers this many slices per block (down_proj: 17) */
 template <int WPB, int D, bool EARLY, int SLOTS, bool ASYNC, bool TAIL, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
@@ -1348,10 +1354,11 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
     uint64_t *sums_bar = reinterpret_cast<uint64_t *>(
         ((uintptr_t)(sums + (size_t)((tiles + clusters - 1) / clusters) * ts) + 7) & ~(uintptr_t)7);
     const unsigned sums_at = cluster_smem_addr(sums, CL - 1), bar_at = cluster_smem_addr(sums_bar, CL - 1);
-    /* TAIL: [4 warps][3][32] uint4, chunk step j's codes (rows g, g + 8) and the scales of the block's last unit */
+    /* TAIL: [4 warps][FP4_CK_TAIL_U4] uint4 of the block's last unit, 16-aligned past sums_bar, then their e (an offset
+     * from fp4_st_smem, not an aligned address: so the compiler still knows it for shared memory and uses LDS / STS) */
     uint4 *tail_buf = reinterpret_cast<uint4 *>(reinterpret_cast<uint8_t *>(fp4_st_smem) + 16 * ((uintptr_t)
         (reinterpret_cast<uint8_t *>(sums_bar + 1) - reinterpret_cast<uint8_t *>(fp4_st_smem) + 15) / 16));
-    float *tail_e = reinterpret_cast<float *>(tail_buf + 4 * 96); /* [4][32][2] */
+    float2 *tail_e = reinterpret_cast<float2 *>(tail_buf + 4 * FP4_CK_TAIL_U4); /* [4][32] */
     const int tj = warp - (WPB - 4); /* TAIL: this warp's chunk step, if >= 0 */
     /* ASYNC: the other blocks store their p by st.async, 64 bytes per unit, counted on sums_bar */
     if (ASYNC && r == CL - 1 && threadIdx.x == 0) mbar_init_expect(sums_bar, (unsigned)(nt * sa * 64));
@@ -1383,7 +1390,7 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
             const uint4 *last =
                 reinterpret_cast<const uint4 *>(blocks) + ((int64_t)(t0 + nt - 1) * Si + sa + Sb - 1) * FP4_BLOCK_U4;
             const uint64_t policy = l2_evict_first();
-            uint4 *mine = tail_buf + tj * 96 + lane;
+            uint4 *mine = tail_buf + tj * FP4_CK_TAIL_U4 + lane;
             cp_async16_stream(mine, last + tj * 32 + lane, policy);
             cp_async16_stream(mine + 32, last + (4 + tj) * 32 + lane, policy);
             cp_async16_stream(mine + 64, last + 256 + lane, policy);
@@ -1441,17 +1448,17 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_ck(const uint8_t *blocks /* 
         const uint2 *xf_s[1];
         float xsc[1], e[2];
         fp4_x_slice<1, true>(xf_lane, xs, Sb, 1, 0, Sb - 1, lane, xf_s, xsc);
-        const uint4 *mine = tail_buf + tj * 96 + lane;
+        const uint4 *mine = tail_buf + tj * FP4_CK_TAIL_U4 + lane;
         switch (tj) {
         case 0: fp4_chunk_e<0>(mine[0], mine[32], mine[64], xf_s[0], e); break;
         case 1: fp4_chunk_e<1>(mine[0], mine[32], mine[64], xf_s[0], e); break;
         case 2: fp4_chunk_e<2>(mine[0], mine[32], mine[64], xf_s[0], e); break;
         default: fp4_chunk_e<3>(mine[0], mine[32], mine[64], xf_s[0], e); break;
         }
-        reinterpret_cast<float2 *>(tail_e)[tj * 32 + lane] = make_float2(e[0], e[1]);
+        tail_e[tj * 32 + lane] = make_float2(e[0], e[1]);
         asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the 4 warps' e */
         if (tj == 3) { /* the last warp: its run ended just before this unit, so lt, s point at it */
-            const float2 *te = reinterpret_cast<const float2 *>(tail_e) + lane;
+            const float2 *te = tail_e + lane;
             float p[1][2];
             p[0][0] = ((te[0].x + te[32].x) + (te[64].x + te[96].x)) * xsc[0];
             p[0][1] = ((te[0].y + te[32].y) + (te[64].y + te[96].y)) * xsc[0];
@@ -1793,7 +1800,7 @@ static size_t fp4_ck_smem(int WPB, int D, int CL, int64_t S, int64_t tiles_per_c
 }
 /* What ASYNC's mbarrier and TAIL's last unit (its 4 chunk steps' codes and scales, their e) add. */
 static size_t fp4_ck_extra(bool async, bool tail) {
-    return (async || tail ? 16 : 0) + (tail ? 16 + 4 * 96 * sizeof(uint4) + 4 * 32 * 2 * sizeof(float) : 0);
+    return (async || tail ? 16 : 0) + (tail ? 16 + 4 * FP4_CK_TAIL_U4 * sizeof(uint4) + 4 * 32 * sizeof(float2) : 0);
 }
 /* The same when the clusters fill the GPU, one block per SM (the fewest tiles per cluster): the least it can need. */
 static size_t fp4_ck_smem_full(int WPB, int D, int CL, int64_t S, int64_t tiles, size_t extra) {
