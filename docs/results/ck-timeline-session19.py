@@ -6,6 +6,8 @@
 #   QRT_NVFP4_VARIANT=mma_ck12x2eht build/bin/qwenrt tilebench --m 1 --formats nvfp4 --shapes mlp_down \
 #       --variants mma_ck12x2eht
 # Force the variant: every mma_ck launch writes the stamps, the last one is printed. The stamps slow a launch down.
+# QRT_CTL_CSV=FILE also writes every warp of the last launch as a CSV line: slot, the 11 stamps in ns after the first
+# warp past the wait (-1: not reached), %smid, run length (session 20).
 def rep(p, old, new, cnt=1):
     s = open(p).read(); assert old in s, (p, old); s = s.replace(old, new, cnt); open(p, 'w').write(s)
 P = 'src/backend/cuda/matmul.cu'
@@ -31,6 +33,16 @@ static void fp4_ctl_dump(void) {
         if (!h[w][0] || h[w][0] + 50000 < last) continue; /* another launch's warp */
         if (h[w][1] && h[w][1] < t0) t0 = h[w][1];
         n++;
+    }
+    if (const char *csv = getenv("QRT_CTL_CSV")) { /* every warp of the last launch: slot, 11 stamps (ns), smid, run */
+        FILE *f = fopen(csv, "w");
+        for (int w = 0; f && w < 4096; w++)
+            if (h[w][0] && h[w][0] + 50000 >= last) {
+                fprintf(f, "%d", w);
+                for (int i = 0; i < 11; i++) fprintf(f, ",%lld", h[w][i] ? (long long)(h[w][i] - t0) : -1ll);
+                fprintf(f, ",%llu,%llu\\n", h[w][11] >> 16, h[w][11] & 0xffff);
+            }
+        if (f) fclose(f);
     }
     printf("timeline: %d warps of the last launch, us after the first warp past the wait (p10 p50 p90 max)\\n", n);
     for (int i = 0; i < 11; i++) {

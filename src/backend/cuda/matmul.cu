@@ -1319,7 +1319,9 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* 
  * 16 warps (15.4-15.6 with HOLD), 3 slots with the barrier (slower), slot 1 by each warp after its own x conversion
  * (a tie). A static __shared__ variable in this kernel (8 bytes for the mbarrier) made every mma_ck variant ~15%
  * slower on the same machine (down 15.4 -> 17.7 us, gate+up 25.1 -> 29.8), so the mbarrier sits in dynamic shared
- * memory past the sums (why it mattered was not measured). */
+ * memory past the sums (why it mattered was not measured). Session 20: HOLD with 3 slots, 3 units ahead throughout or
+ * through the start only, slower everywhere (down 15.0 -> 15.4-15.6 us); without its decode and mma (a diagnostic
+ * build) 12x2eh runs down in 12.8 us, 86.6% of the read bandwidth: the rest is the arithmetic (docs/gemv.md). */
 /* A tile's sums in the last block, [S][16] floats, padded by FP4_CK_PAD: the 4 tiles one warp's quad columns sum at
  * once (the end of fp4_mma_ck) then sit in distinct banks. */
 #define FP4_CK_PAD 8
