@@ -13,7 +13,7 @@ Writes tests/data/quant/:
   tiny-mm-{nvfp4,fp8}.json           hash of every quantized tensor (what `qwenrt quantize` must write, byte for
                                      byte), margins, compressed-tensors cross-check results.
 
-The quantizers and dequantizers are written from MODEL.md §4.2/§4.4 (and compressed-tensors' rounding rules);
+The quantizers and dequantizers are written from docs/model.md §4 (and compressed-tensors' rounding rules);
 when compressed-tensors is installed, its real compressor is run on the same tensors and must give the same
 bytes. With --qwenrt, the folders written by `qwenrt quantize` are checked too (bytes, and loaded back through
 compressed-tensors' decompressor).
@@ -36,7 +36,7 @@ E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
 # ------------------------------------------------------------------------------------------------
-# Reference formats (MODEL.md §4.2, §4.4), all arithmetic in float32 like the C code
+# Reference formats (docs/model.md §4), all arithmetic in float32 like the C code
 # ------------------------------------------------------------------------------------------------
 def e4m3(x):
     """float32 → e4m3fn bytes (torch's cast: round to nearest even), |x| clamped to 448 first."""

@@ -14,7 +14,7 @@ Writes
                                    multilingual corpus below (vocab ~2000 and ~8000), with the Qwen3.5
                                    normalizer (NFC), pre-tokenizer (Split on the Qwen3.5 regex, Isolated, then
                                    ByteLevel without its own regex), ByteLevel decoder and the 33 added tokens of
-                                   MODEL.md §5 with ids right after the BPE vocabulary. tok-small stores merges as
+                                   docs/model.md §5 with ids right after the BPE vocabulary. tok-small stores merges as
                                    ["a", "b"] pairs, tok-large as legacy "a b" strings.
   encode_cases.json                test strings with HF's ids for both tokenizers, random id sequences with
                                    HF's decoded text, and invalid-UTF-8 byte strings (hex) that must be refused.
@@ -34,7 +34,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 QWEN35_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
                 r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-# MODEL.md §5, in id order. The ones Qwen marks as non-special ("special": false) still match as whole
+# docs/model.md §5, in id order. The ones Qwen marks as non-special ("special": false) still match as whole
 # strings before BPE; the split lets the tests cover both kinds.
 ADDED = [
     ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
@@ -131,7 +131,7 @@ def build_tokenizer(vocab_size, seed):
                                   special_tokens=[], show_progress=False, min_frequency=2)
     tok.train_from_iterator(corpus(seed, 30000), trainer)
     n_bpe = tok.get_vocab_size()
-    for content, special in ADDED:  # one at a time so ids follow MODEL.md's order
+    for content, special in ADDED:  # one at a time so ids follow docs/model.md §5 order
         at = AddedToken(content, special=special, normalized=False)
         (tok.add_special_tokens if special else tok.add_tokens)([at])
     assert tok.token_to_id("<|endoftext|>") == n_bpe and tok.token_to_id("<|audio_pad|>") == n_bpe + 32

@@ -1,5 +1,5 @@
 /* Which weight quantization a checkpoint declares: config.json's `quantization_config` and/or
- * hf_quant_config.json (MODEL.md §4.2–4.4). The tensors themselves say how each linear is stored; this is
+ * hf_quant_config.json (docs/model.md §4). The tensors themselves say how each linear is stored; this is
  * the cross-check, so a quantized tensor in a checkpoint that declares none (or another scheme) is an error
  * instead of a silent misread. */
 #ifndef QRT_QUANT_CONFIG_H

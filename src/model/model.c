@@ -1,5 +1,5 @@
 /* The Qwen3.5/3.6 text model: load (bind every tensor, check every shape) and the forward pass, written
- * once against the backend table. Reads top to bottom like docs/model.md (shared/docs/MODEL.md §2):
+ * once against the backend table. Reads top to bottom like docs/model.md §2:
  * embedding → L × (norm → GDN or gated attention → residual → norm → SwiGLU MLP → residual) → norm →
  * lm_head. */
 #include "model/model.h"
@@ -557,7 +557,7 @@ static void run_graphed(qrt_session *s, const qrt_graph_entry *key, int pos, con
 }
 
 /* ---------------------------------------------------------------------------------------------------
- * Forward pass (MODEL.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
+ * Forward pass (docs/model.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
 
 /* Gated DeltaNet mixer (§2.4). When the session is recording (a verify), the inputs each token's recurrent step
  * needs are kept so qrt_session_rollback can re-apply a prefix of them: the projections and the conv write straight
@@ -809,7 +809,7 @@ void qrt_session_rollback(qrt_session *s, int n_keep) {
     s->rec_T = 0;
 }
 
-/* MODEL.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
+/* docs/model.md §3: u = [norm(embed(token)), norm(h)]; x = fc(u); x = decoder layer (FULL) at its own KV cache;
  * out = mtp.norm(x). */
 typedef struct {
     const float *h;
@@ -893,7 +893,7 @@ qrt_status qrt_prefill(qrt_session *s, const int32_t *ids, int32_t n, float *log
 qrt_status qrt_decode(qrt_session *s, int32_t id, float *logits) { return qrt_forward(s, &id, 1, NULL, 1, logits); }
 
 /* ---------------------------------------------------------------------------------------------------
- * What one decoded token costs in memory traffic (MODEL.md §6). */
+ * What one decoded token costs in memory traffic (docs/model.md §6). */
 
 static uint64_t layer_weight_bytes(const qrt_layer *l) {
     qrt_linear *lin[LAYER_LINEARS];

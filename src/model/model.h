@@ -37,7 +37,7 @@ typedef struct {
 /* Fill l's groups from its linears (already through prepare_linear) and hand them to be->prepare_group. */
 qrt_status qrt_layer_prepare_groups(const qrt_backend *be, qrt_layer *l);
 
-/* The MTP head (MODEL.md §3): one full-attention decoder layer behind a projection of
+/* The MTP head (docs/model.md §3): one full-attention decoder layer behind a projection of
  * [norm(embedding), norm(hidden)]; it shares the main model's embedding and lm_head. */
 typedef struct {
     int present;            /* mtp.* tensors found */

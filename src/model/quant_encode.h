@@ -1,5 +1,5 @@
 /* Encoding weights to NVFP4 and FP8 block-128 exactly as the reference quantizers do (compressed-tensors
- * for NVFP4, MODEL.md §4.2; the fine-grained FP8 recipe for block-128, §4.4). Used by `qwenrt quantize`,
+ * for NVFP4; the fine-grained FP8 recipe for block-128; docs/model.md §4). Used by `qwenrt quantize`,
  * `qwenrt synth` and the tests. */
 #ifndef QRT_QUANT_ENCODE_H
 #define QRT_QUANT_ENCODE_H

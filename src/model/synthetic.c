@@ -21,7 +21,7 @@ typedef struct {
     int vocab, hidden, inter, layers, heads, kv_heads, head_dim, gk, gv, dk, dv, conv;
 } shape_preset;
 
-/* The same shapes as `qwenrt synth` (MODEL.md §1 for the 27B). */
+/* The same shapes as `qwenrt synth` (docs/model.md §1 for the 27B). */
 static const shape_preset presets[] = {
     {"tiny", 2048, 256, 512, 8, 6, 2, 64, 2, 6, 64, 64, 4},
     {"qwen3.6-27b", 248320, 5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128, 4},

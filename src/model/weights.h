@@ -46,7 +46,7 @@ typedef struct {
 } qrt_checkpoint;
 
 qrt_status qrt_checkpoint_open(qrt_checkpoint *ck, const char *dir);
-/* Add mtp_dir/mtp.safetensors (an MTP sidecar, MODEL.md §4.1) to the checkpoint's tensors. Its tensors'
+/* Add mtp_dir/mtp.safetensors (an MTP sidecar, docs/model.md §4) to the checkpoint's tensors. Its tensors'
  * formats are cross-checked against mtp_dir's own config.json when it has one. */
 qrt_status qrt_checkpoint_add_mtp(qrt_checkpoint *ck, const char *mtp_dir);
 void qrt_checkpoint_close(qrt_checkpoint *ck);

@@ -1,4 +1,4 @@
-/* qwenrt bench: the decode benchmark of shared/docs/BENCHMARKS.md in one command.
+/* qwenrt bench: the decode benchmark of docs/benchmarks.md in one command.
  *
  * For each context length and each K: one warmup generation, --reps timed ones, each rep printed with a hash
  * of its output tokens (they must agree) and the median in the seed thread's table

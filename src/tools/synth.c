@@ -1,5 +1,5 @@
 /* `qwenrt synth --preset tiny|qwen3.6-27b --format bf16|nvfp4|fp8 [--mtp] OUT`: a random-weight checkpoint of a
- * preset shape (MODEL.md §1 for the 27B, §7 for tiny), for load and speed tests without downloading weights.
+ * preset shape (docs/model.md §1), for load and speed tests without downloading weights.
  * Tensors are drawn a band of rows at a time from a per-tensor, per-row seed and streamed to
  * OUT/model.safetensors, so the model is never held in memory. Quantized formats cover the same linears as
  * `qwenrt quantize` by default (MLP and attention q/k/v/o, MTP layer included). */
@@ -19,8 +19,8 @@ static const char *usage =
     "usage: qwenrt synth --preset tiny|qwen3.6-27b --format bf16|nvfp4|fp8 [--mtp] [--threads N] OUT\n"
     "\n"
     "Writes a random-weight checkpoint (config.json + model.safetensors) of the preset's shape.\n"
-    "  tiny          MODEL.md §7: hidden 256, 8 layers (LLLF LLLF), vocab 2048\n"
-    "  qwen3.6-27b   MODEL.md §1: hidden 5120, 64 layers, vocab 248320 (~55.6 GB bf16, ~19 GB nvfp4)\n"
+    "  tiny          hidden 256, 8 layers (LLLF LLLF), vocab 2048\n"
+    "  qwen3.6-27b   hidden 5120, 64 layers, vocab 248320 (~55.6 GB bf16, ~19 GB nvfp4)\n"
     "  --mtp         add the MTP head (mtp.*)\n";
 
 typedef struct {

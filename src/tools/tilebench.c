@@ -5,7 +5,7 @@
  * model runs as one launch (GDN in_proj q|k|v|z|b|a, attention q|k|v, MLP gate|up) are timed as one matrix of
  * their stacked rows, the others (GDN out, attention o, MLP down, lm_head, MTP fc) alone.
  *
- * Method (shared/docs/BENCHMARKS.md): weights are random (finite values of the format) made on the host and
+ * Method (docs/benchmarks.md): weights are random (finite values of the format) made on the host and
  * handed to the backend's prepare_linear, so every kernel reads the layout the model's weights have. Each shape
  * gets enough copies that one pass over them is at least 4x the last-level cache (L2 on the GPU, L3 on the
  * CPU), and the launches rotate over the copies, so no launch reads a weight the last one left in cache. On the
@@ -64,7 +64,7 @@ static const char *usage =
     "  --threads N    CPU threads (default: OpenMP's)\n"
     "  --json FILE    every cell as JSON (docs/bench-schema.md)\n"
     "columns: ms = median time of one launch (see --timing); GB/s = weight bytes (codes + scales, FP8 scales as f32) / ms,\n"
-    "  the effective bandwidth of BENCHMARKS.md (activations not counted: at prefill sizes the kernels are\n"
+    "  the effective bandwidth of docs/benchmarks.md (activations not counted: at prefill sizes the kernels are\n"
     "  compute-bound and this is a lower bound); %read = GB/s as a percentage of the read bandwidth measured\n"
     "  at the start (a streaming read of 2 GiB on the GPU, 256 MiB on the host); GFLOP/s = 2·N·K·M / ms;\n"
     "  'pick' = the kernel the model runs for this shape and M (the NVFP4 autotuner's choice on the GPU).\n"

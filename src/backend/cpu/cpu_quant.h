@@ -8,7 +8,7 @@
 extern const float qrt_e2m1_lut[16];
 
 /* out[0..n) = W[r][off .. off+n) as f32. For NVFP4 off and n must be multiples of 16 (or n reach the row's
- * end); FP8 block rows may start anywhere. Values are exactly those of MODEL.md §4:
+ * end); FP8 block rows may start anywhere. Values are exactly those of docs/model.md §4:
  *   NVFP4: (e2m1(code) · f32(scale)) · scale2      FP8: f32(e4m3(code)) · scale[r/128][c/128] */
 void qrt_cpu_row_to_f32(const qrt_linear *W, int64_t r, int64_t off, int64_t n, float *out);
 #endif
