@@ -1,4 +1,4 @@
-/* Speculative decoding with the MTP head (docs/design.md, docs/model.md §3). One cycle: the MTP drafts K tokens
+/* Speculative decoding with the MTP head (docs/engine.md, docs/model.md §3). One cycle: the MTP drafts K tokens
  * (its first draft comes from catching up on the tokens the last cycle accepted), the main model verifies
  * [next, d1..dK] in one batched forward, the longest matching prefix plus one bonus token is accepted,
  * the main model rolls back to the accepted tokens, and the MTP catches up on them from the main model's
