@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Decode A/B of two or more qwenrt binaries in one call on one machine, as the numbers in docs/benchmarks.md are taken:
-# machines differ by a few percent from one device call to the next (session 14: the same binary 183.6 and 175.0 tok/s
-# in two calls), so only runs of one call compare. Each binary gets its own NVFP4 tune cache, made by one warm-up run
-# whose rows are not counted: picks timed on one binary's kernels can be wrong for another's (session 14: a base binary
-# with picks made by a changed one measured 5% slow). Then ROUNDS rounds run the binaries in turns, so drift during the
+# machines differ by a few percent from one device call to the next (the same binary
+# has measured 183.6 and 175.0 tok/s in two calls), so only runs of one call compare. Each binary gets its own NVFP4 tune cache, made by one warm-up run
+# whose rows are not counted: picks timed on one binary's kernels can be wrong for another's (a base binary
+# with picks made by a changed one has measured 5% slow). Then ROUNDS rounds run the binaries in turns, so drift during the
 # call falls on all of them alike. Every run's rows go to $OUT/NAME-ROUND.log; the table printed last has tok/s per
 # binary and (ctx, K), one column per round, with chain + verify ms per cycle on K > 0 rows.
 #   scripts/ab-bench.sh [-r ROUNDS] BIN... [-- bench options]

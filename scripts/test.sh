@@ -22,8 +22,8 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
             -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
         PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt
         echo "== no NVFP4 matmul kernel keeps anything in local memory (sm_90a)"
-        # A per-thread local copy of a by-value kernel parameter cost 2.5% of decode on the H200 (docs/benchmarks.md,
-        # session 14); ptxas names every kernel that uses local memory. Allowed: the layout change run at load
+        # A per-thread local copy of a by-value kernel parameter cost 2.5% of decode on the H200;
+        # ptxas names every kernel that uses local memory. Allowed: the layout change run at load
         # (fp4_to_blocks) and mma_st16x2 with two token tiles (T = 5..8: register spills; not the pick at M = 7).
         lmem=$(/usr/local/cuda/bin/nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc --default-stream=per-thread \
             -Xptxas -warn-lmem-usage -cubin -o /dev/null src/backend/cuda/matmul.cu 2>&1 |
