@@ -29,11 +29,6 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
             -Xptxas -warn-lmem-usage -cubin -o /dev/null src/backend/cuda/matmul.cu 2>&1 |
             grep 'Local memory used' | grep -v 'fp4_to_blocks\|fp4_mma_stILi2ELi16' || true)
         if [ -n "$lmem" ]; then echo "$lmem"; echo "FAIL: local memory in an NVFP4 matmul kernel"; exit 1; fi
-        echo "== the diagnostic probes compile (scripts/probes, run by hand on a GPU)"
-        for probe in scripts/probes/*.cu; do
-            /usr/local/cuda/bin/nvcc -std=c++17 -O3 -arch=sm_90a -Werror all-warnings \
-                -o build-cuda/"$(basename "$probe" .cu)" "$probe"
-        done
     fi
 fi
 
