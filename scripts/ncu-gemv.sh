@@ -5,13 +5,13 @@
 # per scheduler, stall reasons per issued instruction, and the issue share of every pipe — plus the SASS opcode counts
 # of the variant's kernels. Build here first (cmake -S . -B build-cuda -DQRT_CUDA=ON && cmake --build build-cuda -j),
 # then with the device tool, carrying ["build-cuda/bin"]:
-#   bash scripts/ncu-gemv.sh mlp_gate_up mma_cl8x3 1
+#   bash scripts/ncu-gemv.sh mlp_gate_up mma_ck8x2e 1
 # SHAPE is one of tilebench's --shapes words (default mlp_gate_up), VARIANT a name `qwenrt tilebench` lists (default
-# mma_cl8x3), M the tokens per call (default 1). ncu runs with --clock-control none (the clocks are left alone, as
+# mma_ck8x2e), M the tokens per call (default 1). ncu runs with --clock-control none (the clocks are left alone, as
 # tilebench and decode see them). Reports and logs go to $OUT (the device tool returns that folder).
 set -u
 SHAPE=${1:-mlp_gate_up}
-VARIANT=${2:-mma_cl8x3}
+VARIANT=${2:-mma_ck8x2e}
 M=${3:-1}
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-ncu-gemv-out}
@@ -19,12 +19,13 @@ mkdir -p "$OUT"
 export QRT_CACHE_DIR="$OUT/tune-empty" QRT_NVFP4_VARIANT="$VARIANT"
 rm -rf "$QRT_CACHE_DIR"
 
-# the variant's kernel family (mma_cl8x3 -> fp4_mma_cl, mma_k4_sx -> fp4_mma_k, mma_w1 -> fp4_mma_w) and, for the
-# SASS, its warps x slots in the mangled names (mma_cl8x3 -> fp4_mma_clILi8ELi3E; mma_st and mma_il have their token
-# tiles first: mma_st12x2 -> fp4_mma_stILi[0-9]+ELi12ELi2E)
+# the variant's kernel family (mma_cl12x2 -> fp4_mma_cl, mma_k4_sx -> fp4_mma_k, mma_w1 -> fp4_mma_w) and, for the
+# SASS, its template arguments in the mangled names (mma_cl12x2 -> fp4_mma_clILi12ELi2E; mma_il has its token tiles
+# first: mma_il12x2 -> fp4_mma_ilILi[0-9]+ELi12ELi2E; mma_ck takes its configuration struct: mma_ck8x2e ->
+# fp4_mma_ckI6ck8x2e)
 FAMILY=fp4_$(echo "$VARIANT" | sed -E 's/^(mma_[a-z]+)[0-9].*$/\1/')
-SHAPE_ARGS=$(echo "$VARIANT" | sed -nE 's/^mma_(st|il)([0-9]+)x([0-9]+)$/ILi[0-9]+ELi\2ELi\3E/p;
-  s/^mma_c[lk]([0-9]+)x([0-9]+)[a-z]*$/ILi\1ELi\2E/p')
+SHAPE_ARGS=$(echo "$VARIANT" | sed -nE 's/^mma_il([0-9]+)x([0-9]+)$/ILi[0-9]+ELi\1ELi\2E/p;
+  s/^mma_cl([0-9]+)x([0-9]+)$/ILi\1ELi\2E/p; s/^mma_(ck[0-9a-z]+)$/I[0-9]+\1L/p')
 echo "== SASS opcodes of the ${FAMILY}${SHAPE_ARGS} kernels (whole kernels: x preparation, main loop, finish)"
 cuobjdump -sass "$BIN/qwenrt" > "$OUT/sass-all.txt" 2>&1 || echo "cuobjdump failed (see $OUT/sass-all.txt)"
 awk -v pat="Function : _Z[0-9]+${FAMILY}${SHAPE_ARGS}" '/Function : /{on = $0 ~ pat} on' "$OUT/sass-all.txt" \

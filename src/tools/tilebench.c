@@ -49,7 +49,7 @@ static const char *usage =
     "                 NVFP4 on the GPU: every variant of the CUDA backend that runs its own kernel at\n"
     "                 that M (not those that would run mma_w1 in its place), the autotuner's pick marked;\n"
     "                 otherwise the backend's matmul (one kernel per format).\n"
-    "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl8x3,mma_ck8x2e); the\n"
+    "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl12x2,mma_ck8x2e); the\n"
     "                 pick is still the autotuner's, '-' in the summary where it is not named. Under a profiler,\n"
     "                 set QRT_NVFP4_VARIANT too (or keep a tune cache), so the tuner launches nothing else\n"
     "  --m LIST       tokens per call (1..256; default 1,2,4,7,8,16,64,256: decode, the verify of K = 6 at\n"

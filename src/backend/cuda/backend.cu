@@ -1,7 +1,10 @@
 /* The CUDA backend's op table: memory (cudaMalloc, per-thread default stream), weight upload, CUDA graphs
  * (record, replay, the step slot and the epoch; see the graph section below), and the ops
  * whose kernels live in the op-family files beside this one:
- *   matmul.cu       dense GEMV / tiled matmul, NVFP4 W4A16 variants + autotune
+ *   matmul.cu       the matmul op by weight format, and groups of linears in one launch
+ *   matmul_dense.cu BF16 / F16 / F32 / FP8 GEMV and tiled matmul
+ *   matmul_fp4*.cu  NVFP4 W4A16 on the tensor cores: layout, dispatch, one file per kernel family
+ *   matmul_tune.cu  the NVFP4 autotuner and its cache
  *   norms.cu        rmsnorm, add + rmsnorm
  *   conv1d.cu       causal depthwise conv + SiLU
  *   gdn.cu          Gated DeltaNet recurrence + its gated output norm (the chunked form runs the recurrence too)
@@ -172,7 +175,7 @@ static qrt_status cuda_prepare_linear(qrt_linear *w) {
  * take the slot's address; unrecorded they get NULL and use their arguments, so the plain path is unchanged).
  *
  * The epoch: a recorded kernel keeps the addresses it was given, including the grow-on-demand scratch buffers
- * (attention's chunk scratch here, matmul.cu's x staging and split-tile buffers). Each reallocation reports itself
+ * (attention's chunk scratch here, the matmuls' x staging and split-tile buffers). Each reallocation reports itself
  * (qrt_cuda_scratch_moved), which moves the epoch. Recording never moves one: the model records a key only after
  * running it once plainly, and that run grew whatever the key needs. */
 

@@ -17,7 +17,7 @@ const qrt_backend *qrt_backend_cuda(void);
 void qrt_cuda_describe(char *buf, size_t n);
 void qrt_cuda_sync(void);
 
-/* ---- NVFP4 W4A16 matmul variants (matmul.cu) ---- */
+/* ---- NVFP4 W4A16 matmul variants (matmul_fp4.cu) ---- */
 int qrt_nvfp4_variant_count(void);
 const char *qrt_nvfp4_variant_name(int v);
 /* The reduction order variant v follows (-1 for no variant): variants of one order give bit-identical rows for any T,

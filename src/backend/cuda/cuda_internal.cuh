@@ -42,7 +42,7 @@ void qrt_cuda_after_launch(const char *file, int line);
  * synchronisation; gdn_head and conv1d ask for their states to be brought into the L2, l2_prefetch below, which reads
  * nothing into the kernel). It returns once the kernel before has completed and its writes are visible, so the kernel
  * runs exactly as after a plain launch; then it lets the next kernel launch (so at most one kernel waits behind a
- * running one). Weights asked for before the wait: mma_cl's first ring slot gains (matmul.cu); an L2 prefetch in
+ * running one). Weights asked for before the wait: mma_cl's first ring slot gains (matmul_fp4_cl.cu); an L2 prefetch in
  * mma_w1 / mma_k lost at T = 7 (K=6 420 -> 418 tok/s, 2026-12-02) and cost TTFT (2026-12-01). Kernels outside the
  * forward (fills, layout changes, the read probe, the graph's step slot) keep plain launches, which wait for
  * everything before them. Both instructions do nothing after a plain launch (QRT_CUDA_PDL=0, or a GPU below sm_90). */
@@ -206,7 +206,7 @@ const int32_t *qrt_cuda_graph_ids(void);
 /* A grow-on-demand device buffer has been reallocated: graphs recorded before may point at the old one. */
 void qrt_cuda_scratch_moved(void);
 
-/* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul.cu). */
+/* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul_fp4_layout.cu). */
 extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k);
 /* w->data / w->scales: device copies of the rows as stored ([N][K/2] codes, [N][K/16] e4m3 scales). Rearranges
  * them into the matmul's layout: w->data becomes the new buffer, w->scales NULL, and both inputs are freed.
@@ -215,6 +215,7 @@ extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w);
 /* Launchers, one per op, defined in the op family's .cu file. Pointers are device memory. */
 void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
+void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y); /* BF16/F16/F32/FP8: matmul_dense.cu */
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up);

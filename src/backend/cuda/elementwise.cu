@@ -1,6 +1,6 @@
 /* Embedding gather and the elementwise ops, plus the fills and the read probe the tests and tilebench use.
  * Variants:
- *   0  embed_rows<fmt>     one block per token, a thread per 16-byte chunk of the row (padded as in matmul.cu)
+ *   0  embed_rows<fmt>     one block per token, a thread per 16-byte chunk of the row (padded as in matmul_dense.cu)
  *   1  swiglu_kernel       y = silu(g)·u, grid-stride
  *   2  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
  *   3  read_probe          16-byte loads over a buffer, the measured read bandwidth
