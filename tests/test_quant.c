@@ -140,8 +140,9 @@ static void test_shapes(void) {
 /* ---- end to end: qwenrt quantize tiny-mm, then logits and greedy against HF ---------------------- */
 
 static int run_quantize(const char *in, const char *out, const char *fmt) {
-    char *argv[] = {(char *)in, (char *)out, "--format", (char *)fmt};
-    return qrt_tool_quantize(4, argv);
+    /* --force: the scratch folder outlives a run, so OUT may hold the previous run's checkpoint */
+    char *argv[] = {(char *)in, (char *)out, "--format", (char *)fmt, "--force"};
+    return qrt_tool_quantize(5, argv);
 }
 
 static const qrt_st_tensor *ref_tensor(const qrt_st_set *st, const char *name) {

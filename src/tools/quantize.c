@@ -10,32 +10,36 @@
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "backend/backend.h"
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "io/st_writer.h"
 #include "model/quant_encode.h"
+#include "tools/out_dir.h"
 #include "tools/quant_writer.h"
 #include "tools/tools.h"
 #include "util/progress.h"
 
 static const char *usage =
-    "usage: qwenrt quantize IN OUT --format nvfp4|fp8 [--include gdn,lm_head] [--threads N]\n"
+    "usage: qwenrt quantize IN OUT --format nvfp4|fp8 [--include gdn,lm_head] [--threads N] [--force]\n"
     "\n"
     "Quantizes the float checkpoint folder IN into OUT (created; config.json gets a quantization_config,\n"
     "tokenizer files are copied). Quantized by default: mlp.{gate,up,down}_proj and self_attn.{q,k,v,o}_proj.\n"
+    "OUT is written beside itself and moved into place when complete; a failed run leaves OUT as it was.\n"
+    "OUT must not be IN or lie inside it.\n"
     "  --format nvfp4   compressed-tensors nvfp4-pack-quantized (4-bit E2M1, e4m3 scale per 16, global scale)\n"
     "  --format fp8     e4m3 with one scale per 128x128 block (quant_method fp8, weight_scale_inv)\n"
-    "  --include LIST   also quantize: gdn (linear_attn in_proj_qkv, in_proj_z, out_proj), lm_head\n";
+    "  --include LIST   also quantize: gdn (linear_attn in_proj_qkv, in_proj_z, out_proj), lm_head\n"
+    "  --force          replace an OUT that exists and is not empty (whole: none of its old files remain)\n";
 
 typedef enum { FMT_NVFP4, FMT_FP8 } out_format;
 
 typedef struct {
-    const char *in, *out;
+    const char *in, *out; /* as given */
+    const char *dir;      /* where the files are written: the temporary folder beside OUT */
     out_format fmt;
-    int gdn, lm_head;
+    int gdn, lm_head, force;
 } plan;
 
 static int ends_with(const char *s, const char *suffix) {
@@ -231,7 +235,7 @@ static json_t *quantization_config(const plan *p, const qrt_st_set *st) {
 static qrt_status write_config(const plan *p, const qrt_st_set *st) {
     char in[4096], out[4096];
     snprintf(in, sizeof in, "%s/config.json", p->in);
-    snprintf(out, sizeof out, "%s/config.json", p->out);
+    snprintf(out, sizeof out, "%s/config.json", p->dir);
     json_error_t jerr;
     json_t *root = json_load_file(in, JSON_PRESERVE_ORDER, &jerr);
     if (!root) return qrt_fail(QRT_ERR_CONFIG, "%s: not valid JSON: %s (line %d)", in, jerr.text, jerr.line);
@@ -259,26 +263,28 @@ static qrt_status copy_side_files(const char *in, const char *out) {
         }
         char buf[65536];
         size_t n;
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, g);
+        int ok = 1;
+        while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) ok = fwrite(buf, 1, n, g) == n;
+        /* a short copy would be moved into place as if complete, so read and write errors both fail */
+        ok = ok && !ferror(f);
         fclose(f);
-        if (fclose(g) != 0) return qrt_fail(QRT_ERR_IO, "%s: write failed", dst);
+        if (fclose(g) != 0 || !ok)
+            return qrt_fail(QRT_ERR_IO, "%s: copying %s failed: %s", dst, src, strerror(errno));
     }
     return QRT_OK;
 }
 
-static qrt_status run(const plan *p) {
-    qrt_dtype_init();
-    qrt_quant_decl decl;
-    QRT_TRY(qrt_quant_config_load(p->in, QRT_QUANT_NONE, &decl));
-    if (decl.scheme != QRT_QUANT_NONE)
-        return qrt_fail(QRT_ERR_ARG, "%s declares %s; quantize reads only float (BF16/F16/F32) checkpoints",
-                        decl.source, qrt_quant_scheme_name(decl.scheme));
-    if (mkdir(p->out, 0755) != 0 && errno != EEXIST)
-        return qrt_fail(QRT_ERR_IO, "%s: cannot create folder: %s", p->out, strerror(errno));
+typedef struct {
+    int n_quant, n_tensors;
+    uint64_t in_bytes, out_bytes;
+} summary;
+
+/* Every file of the quantized checkpoint, into p->dir. */
+static qrt_status write_checkpoint(const plan *p, summary *sum) {
     qrt_st_set st;
     QRT_TRY(qrt_st_open_dir(&st, p->in));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", p->out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", p->dir);
     qrt_st_writer w;
     qrt_status s = qrt_stw_open(&w, path);
     if (s != QRT_OK) return qrt_st_close(&st), s;
@@ -311,13 +317,30 @@ static qrt_status run(const plan *p) {
     if (s == QRT_OK) s = qrt_stw_close(&w, &out_bytes);
     else qrt_stw_abort(&w);
     if (s == QRT_OK) s = write_config(p, &st);
-    if (s == QRT_OK) s = copy_side_files(p->in, p->out);
-    if (s == QRT_OK)
-        printf("quantized %d of %d tensors to %s; read %llu bytes, wrote %llu bytes (%s)\n", n_quant, st.n_tensors,
-               p->fmt == FMT_NVFP4 ? "nvfp4" : "fp8", (unsigned long long)in_bytes, (unsigned long long)out_bytes,
-               path);
+    if (s == QRT_OK) s = copy_side_files(p->in, p->dir);
+    *sum = (summary){n_quant, st.n_tensors, in_bytes, out_bytes};
     qrt_st_close(&st);
     return s;
+}
+
+static qrt_status run(plan *p) {
+    qrt_dtype_init();
+    qrt_quant_decl decl;
+    QRT_TRY(qrt_quant_config_load(p->in, QRT_QUANT_NONE, &decl));
+    if (decl.scheme != QRT_QUANT_NONE)
+        return qrt_fail(QRT_ERR_ARG, "%s declares %s; quantize reads only float (BF16/F16/F32) checkpoints",
+                        decl.source, qrt_quant_scheme_name(decl.scheme));
+    qrt_out_dir od;
+    QRT_TRY(qrt_out_dir_begin(&od, p->out, p->in, p->force));
+    p->dir = od.tmp;
+    summary sum;
+    qrt_status s = write_checkpoint(p, &sum);
+    if (s != QRT_OK) return qrt_out_dir_abort(&od), s;
+    QRT_TRY(qrt_out_dir_commit(&od));
+    printf("quantized %d of %d tensors to %s; read %llu bytes, wrote %llu bytes (%s/model.safetensors)\n",
+           sum.n_quant, sum.n_tensors, p->fmt == FMT_NVFP4 ? "nvfp4" : "fp8", (unsigned long long)sum.in_bytes,
+           (unsigned long long)sum.out_bytes, p->out);
+    return QRT_OK;
 }
 
 /* "gdn,lm_head" */
@@ -346,6 +369,7 @@ int qrt_tool_quantize(int argc, char **argv) {
             if (!parse_include(v, &p)) return 2;
             i++;
         } else if (!strcmp(a, "--threads") && v) qrt_cpu_set_threads(atoi(v)), i++;
+        else if (!strcmp(a, "--force")) p.force = 1;
         else if (a[0] == '-') return fprintf(stderr, "qwenrt quantize: unknown or incomplete option '%s'\n%s", a, usage), 2;
         else if (!p.in) p.in = a;
         else if (!p.out) p.out = a;

@@ -3,25 +3,26 @@
  * Tensors are drawn a band of rows at a time from a per-tensor, per-row seed and streamed to
  * OUT/model.safetensors, so the model is never held in memory. Quantized formats cover the same linears as
  * `qwenrt quantize` by default (MLP and attention q/k/v/o, MTP layer included). */
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "backend/backend.h"
 #include "model/quant_encode.h"
+#include "tools/out_dir.h"
 #include "tools/quant_writer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/tools.h"
 
 static const char *usage =
-    "usage: qwenrt synth --preset tiny|qwen3.6-27b --format bf16|nvfp4|fp8 [--mtp] [--threads N] OUT\n"
+    "usage: qwenrt synth --preset tiny|qwen3.6-27b --format bf16|nvfp4|fp8 [--mtp] [--threads N] [--force] OUT\n"
     "\n"
-    "Writes a random-weight checkpoint (config.json + model.safetensors) of the preset's shape.\n"
+    "Writes a random-weight checkpoint (config.json + model.safetensors) of the preset's shape. OUT is written\n"
+    "beside itself and moved into place when complete; a failed run leaves OUT as it was.\n"
     "  tiny          hidden 256, 8 layers (LLLF LLLF), vocab 2048\n"
     "  qwen3.6-27b   hidden 5120, 64 layers, vocab 248320 (~55.6 GB bf16, ~19 GB nvfp4)\n"
-    "  --mtp         add the MTP head (mtp.*)\n";
+    "  --mtp         add the MTP head (mtp.*)\n"
+    "  --force       replace an OUT that exists and is not empty (whole: none of its old files remain)\n";
 
 typedef struct {
     int vocab, hidden, inter, layers, heads, kv_heads, head_dim, gk, gv, dk, dv, conv;
@@ -244,17 +245,21 @@ static qrt_status write_float(qrt_st_writer *w, const spec *s, float *buf, qrt_p
     return st;
 }
 
-static qrt_status run(const preset *p, out_format fmt, int mtp, const char *out) {
-    qrt_dtype_init();
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return qrt_fail(QRT_ERR_IO, "%s: cannot create folder: %s", out, strerror(errno));
+typedef struct {
+    int n_tensors;
+    int32_t special_base;
+    uint64_t params, bytes;
+} summary;
+
+/* Every file of the checkpoint, into dir (the temporary folder beside OUT). */
+static qrt_status write_checkpoint(const preset *p, out_format fmt, int mtp, const char *dir, summary *sum) {
     spec_list l = {0};
     build_specs(p, fmt != OUT_BF16, mtp, &l);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     qrt_st_writer w;
-    QRT_TRY(qrt_stw_open(&w, path));
-    qrt_status st = QRT_OK;
+    qrt_status st = qrt_stw_open(&w, path);
+    if (st != QRT_OK) return free(l.s), st;
     uint64_t params = 0, max_k = 1;
     for (int i = 0; i < l.n && st == QRT_OK; i++) {
         const spec *s = &l.s[i];
@@ -284,7 +289,7 @@ static qrt_status run(const preset *p, out_format fmt, int mtp, const char *out)
     else qrt_stw_abort(&w);
     if (st == QRT_OK) {
         json_t *cfg = config_json(p, fmt, mtp);
-        snprintf(path, sizeof path, "%s/config.json", out);
+        snprintf(path, sizeof path, "%s/config.json", dir);
         if (json_dump_file(cfg, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
             st = qrt_fail(QRT_ERR_IO, "%s: cannot write", path);
         json_decref(cfg);
@@ -292,19 +297,30 @@ static qrt_status run(const preset *p, out_format fmt, int mtp, const char *out)
     /* a byte-level stand-in tokenizer, so text prompts and the chat template work on synthetic models; the
      * 27B preset puts the special tokens at their real ids */
     int32_t special_base = p->vocab >= 248077 ? 248044 : p->vocab - 33;
-    snprintf(path, sizeof path, "%s/tokenizer.json", out);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (st == QRT_OK) st = qrt_tokenizer_write_bytes_only(path, special_base);
-    if (st == QRT_OK)
-        printf("wrote %d tensors, %llu parameters, %llu bytes to %s/model.safetensors, and a byte-level "
-               "tokenizer.json (special tokens from id %d)\n", l.n, (unsigned long long)params,
-               (unsigned long long)bytes, out, special_base);
+    *sum = (summary){l.n, special_base, params, bytes};
     free(l.s);
     return st;
 }
 
+static qrt_status run(const preset *p, out_format fmt, int mtp, const char *out, int force) {
+    qrt_dtype_init();
+    qrt_out_dir od;
+    QRT_TRY(qrt_out_dir_begin(&od, out, NULL, force));
+    summary sum;
+    qrt_status st = write_checkpoint(p, fmt, mtp, od.tmp, &sum);
+    if (st != QRT_OK) return qrt_out_dir_abort(&od), st;
+    QRT_TRY(qrt_out_dir_commit(&od));
+    printf("wrote %d tensors, %llu parameters, %llu bytes to %s/model.safetensors, and a byte-level "
+           "tokenizer.json (special tokens from id %d)\n", sum.n_tensors, (unsigned long long)sum.params,
+           (unsigned long long)sum.bytes, out, sum.special_base);
+    return QRT_OK;
+}
+
 int qrt_tool_synth(int argc, char **argv) {
     const char *preset_name = NULL, *fmt = "bf16", *out = NULL;
-    int mtp = 0;
+    int mtp = 0, force = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(usage, stdout), 0;
@@ -312,6 +328,7 @@ int qrt_tool_synth(int argc, char **argv) {
         else if (!strcmp(a, "--format") && v) fmt = v, i++;
         else if (!strcmp(a, "--threads") && v) qrt_cpu_set_threads(atoi(v)), i++;
         else if (!strcmp(a, "--mtp")) mtp = 1;
+        else if (!strcmp(a, "--force")) force = 1;
         else if (a[0] == '-') return fprintf(stderr, "qwenrt synth: unknown or incomplete option '%s'\n%s", a, usage), 2;
         else if (!out) out = a;
         else return fprintf(stderr, "qwenrt synth: unexpected argument '%s'\n%s", a, usage), 2;
@@ -324,7 +341,7 @@ int qrt_tool_synth(int argc, char **argv) {
     else if (!strcmp(fmt, "nvfp4")) f = OUT_NVFP4;
     else if (!strcmp(fmt, "fp8")) f = OUT_FP8;
     else return fprintf(stderr, "qwenrt synth: --format is '%s'; expected bf16, nvfp4 or fp8\n", fmt), 2;
-    if (run(p, f, mtp, out) != QRT_OK) {
+    if (run(p, f, mtp, out, force) != QRT_OK) {
         fprintf(stderr, "qwenrt synth: %s\n", qrt_last_error());
         return 1;
     }
