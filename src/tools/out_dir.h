@@ -1,4 +1,4 @@
-/* The output folder of `qwenrt quantize` and `qwenrt synth` (issue 33): OUT is either left exactly as it was or
+/* The output folder of `qwenrt quantize` and `qwenrt synth`: OUT is either left exactly as it was or
  * replaced whole by a complete checkpoint, never a mix of old and new files.
  *
  * The tool writes every file into a fresh temporary folder beside OUT (same parent, hence same file system, so
