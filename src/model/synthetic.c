@@ -71,7 +71,8 @@ static inline float normal_of(uint64_t z) {
 
 typedef struct {
     qrt_model *m;
-    qrt_wformat fmt; /* of the linears (the embedding is always BF16) */
+    qrt_wformat fmt;   /* of the linears (the embedding is always BF16) */
+    qrt_wformat plain; /* of the GDN projections, lm_head and mtp.fc: fmt, or BF16 in the stored layout */
     uint64_t next_seed;
 } builder;
 
@@ -201,11 +202,12 @@ static qrt_status make_layer(builder *b, qrt_layer *l, qrt_layer_kind kind, vec_
     QRT_TRY(make_linear(b, &l->down, f, D, F, "mlp.down_proj"));
     if (kind == QRT_LAYER_LINEAR) {
         const int64_t Hv = c->gdn_v_heads, vdim = Hv * c->gdn_dv;
-        QRT_TRY(make_linear(b, &l->in_qkv, f, b->m->conv_dim, D, "linear_attn.in_proj_qkv"));
-        QRT_TRY(make_linear(b, &l->in_z, f, vdim, D, "linear_attn.in_proj_z"));
-        QRT_TRY(make_linear(b, &l->in_a, f, Hv, D, "linear_attn.in_proj_a"));
-        QRT_TRY(make_linear(b, &l->in_b, f, Hv, D, "linear_attn.in_proj_b"));
-        QRT_TRY(make_linear(b, &l->out, f, D, vdim, "linear_attn.out_proj"));
+        const qrt_wformat g = b->plain;
+        QRT_TRY(make_linear(b, &l->in_qkv, g, b->m->conv_dim, D, "linear_attn.in_proj_qkv"));
+        QRT_TRY(make_linear(b, &l->in_z, g, vdim, D, "linear_attn.in_proj_z"));
+        QRT_TRY(make_linear(b, &l->in_a, g, Hv, D, "linear_attn.in_proj_a"));
+        QRT_TRY(make_linear(b, &l->in_b, g, Hv, D, "linear_attn.in_proj_b"));
+        QRT_TRY(make_linear(b, &l->out, g, D, vdim, "linear_attn.out_proj"));
         l->conv_w = make_vector(vc, (size_t)b->m->conv_dim * c->conv_kernel, V_CONV);
         l->A_log = make_vector(vc, (size_t)Hv, V_A_LOG);
         l->dt_bias = make_vector(vc, (size_t)Hv, V_DT_BIAS);
@@ -222,25 +224,29 @@ static qrt_status make_layer(builder *b, qrt_layer *l, qrt_layer_kind kind, vec_
     return qrt_layer_prepare_groups(b->m->be, l);
 }
 
-static qrt_status parse_format(const char *format, qrt_wformat *out) {
+/* "stored": the layout published NVFP4 checkpoints of this model use (and `qwenrt synth --format nvfp4` writes): the
+ * MLP and attention linears NVFP4, the GDN projections, lm_head and mtp.fc BF16. */
+static qrt_status parse_format(const char *format, qrt_wformat *out, qrt_wformat *plain) {
     if (!format || !strcmp(format, "bf16")) *out = QRT_WF_BF16;
-    else if (!strcmp(format, "nvfp4")) *out = QRT_WF_NVFP4;
+    else if (!strcmp(format, "nvfp4") || !strcmp(format, "stored")) *out = QRT_WF_NVFP4;
     else if (!strcmp(format, "fp8")) *out = QRT_WF_FP8B;
-    else return qrt_fail(QRT_ERR_ARG, "synthetic model format '%s' is unknown; use bf16, nvfp4 or fp8", format);
+    else
+        return qrt_fail(QRT_ERR_ARG, "synthetic model format '%s' is unknown; use bf16, nvfp4, stored or fp8", format);
+    *plain = format && !strcmp(format, "stored") ? QRT_WF_BF16 : *out;
     return QRT_OK;
 }
 
-static qrt_status build(qrt_model *m, qrt_wformat fmt, int mtp, float *host, size_t floats) {
+static qrt_status build(qrt_model *m, qrt_wformat fmt, qrt_wformat plain, int mtp, float *host, size_t floats) {
     const qrt_config *c = &m->cfg;
-    builder b = {m, fmt, 0};
+    builder b = {m, fmt, plain, 0};
     vec_cursor vc = {host, 0, 0x51};
     QRT_TRY(make_linear(&b, &m->embed, QRT_WF_BF16, c->vocab, c->hidden, "embed_tokens"));
-    QRT_TRY(make_linear(&b, &m->lm_head, fmt, c->vocab, c->hidden, "lm_head"));
+    QRT_TRY(make_linear(&b, &m->lm_head, plain, c->vocab, c->hidden, "lm_head"));
     m->final_norm = make_vector(&vc, (size_t)c->hidden, V_NORM);
     for (int i = 0; i < c->n_layers; i++) QRT_TRY(make_layer(&b, &m->layers[i], c->layer_kind[i], &vc));
     if (mtp) {
         qrt_mtp *h = &m->mtp;
-        QRT_TRY(make_linear(&b, &h->fc, fmt, c->hidden, 2 * (int64_t)c->hidden, "mtp.fc"));
+        QRT_TRY(make_linear(&b, &h->fc, plain, c->hidden, 2 * (int64_t)c->hidden, "mtp.fc"));
         h->norm_emb = make_vector(&vc, (size_t)c->hidden, V_NORM);
         h->norm_hidden = make_vector(&vc, (size_t)c->hidden, V_NORM);
         h->norm_out = make_vector(&vc, (size_t)c->hidden, V_NORM);
@@ -257,8 +263,8 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
     *out = NULL;
     qrt_clear_error();
     qrt_dtype_init();
-    qrt_wformat fmt = QRT_WF_BF16;
-    QRT_TRY(parse_format(format, &fmt));
+    qrt_wformat fmt = QRT_WF_BF16, plain = QRT_WF_BF16;
+    QRT_TRY(parse_format(format, &fmt, &plain));
     qrt_model *m = qrt_calloc(1, sizeof *m);
     if (!m) return QRT_ERR_MEMORY;
     m->ck.first_mtp_file = -1;
@@ -275,7 +281,7 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
     m->layers = qrt_calloc((size_t)c->n_layers, sizeof *m->layers);
     float *host = m->layers ? qrt_calloc(floats, sizeof(float)) : NULL;
     m->vectors = host ? m->be->alloc(floats * sizeof(float)) : NULL;
-    st = m->vectors ? build(m, fmt, mtp, host, floats) : QRT_ERR_MEMORY;
+    st = m->vectors ? build(m, fmt, plain, mtp, host, floats) : QRT_ERR_MEMORY;
     free(host);
     if (st != QRT_OK) {
         qrt_model_free(m);

@@ -22,7 +22,7 @@
 #include "tools/tools.h"
 
 static const char *usage =
-    "usage: qwenrt bench [-m DIR [--mtp DIR] | --synthetic tiny|qwen3.6-27b] [--format nvfp4|bf16|fp8]\n"
+    "usage: qwenrt bench [-m DIR [--mtp DIR] | --synthetic tiny|qwen3.6-27b] [--format nvfp4|stored|bf16|fp8]\n"
     "                    [--ctx 128,2048] [-K 6] [-n 64] [--reps 3] [--parity] [--prompt repeat|chat]\n"
     "                    [--sim-al A] [--kv f32|bf16|fp8] [--no-breakdown] [--json FILE]\n"
     "                    [--device auto|cpu|cuda] [--threads N]\n"
@@ -35,7 +35,8 @@ static const char *usage =
     "  --synthetic P  without -m: random weights made in memory in the shape of preset P (default: tiny on the\n"
     "                 CPU, qwen3.6-27b on a GPU), with an MTP head; labelled synthetic on every line\n"
     "  --format F     of the synthetic model's linears: nvfp4 (default: every linear, GDN projections and\n"
-    "                 lm_head too), bf16, or fp8 (CPU only); the embedding stays BF16\n"
+    "                 lm_head too), stored (the published NVFP4 checkpoints' layout: MLP and attention NVFP4,\n"
+    "                 GDN projections, lm_head and mtp.fc BF16), bf16, or fp8 (CPU only); the embedding stays BF16\n"
     "  --ctx L        prompt lengths, comma-separated (default 128,2048)\n"
     "  -K L           draft tokens per speculative cycle, comma-separated (0 = no MTP; default 6)\n"
     "  -n N           new tokens per generation (default 64)\n"

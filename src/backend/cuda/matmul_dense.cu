@@ -6,6 +6,9 @@
  * Order (batch invariance): the row is cut into 16-byte chunks (8 BF16/F16, 4 F32 or 16 FP8 elements); chunk c belongs
  * to lane c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane sums are
  * added by the xor butterfly of warp_sum. Device layout (prepare_linear): rows padded with zeros to 16 bytes. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -71,7 +74,12 @@ __device__ __forceinline__ const float *fp8_row_scales(const float *scales, int6
     return scales ? scales + (row / 128) * cols : NULL;
 }
 
-template <int FMT, int TT>
+/* dense_gemv<FMT, TT, R>: one warp per R consecutive rows, TT tokens per pass. A lane loads its 16-byte chunk of each
+ * of the R rows, then each token's x chunk once for all R: x is read once per R rows instead of once per row, which is
+ * what bounds a one-row-per-warp GEMV at several tokens (every token's x chunk is as many bytes as the weight chunk or
+ * more, all of it through L1). Each (row, token) is summed exactly as at R = 1 (its chunks in increasing c per lane,
+ * then warp_sum), so R changes no bit. */
+template <int FMT, int TT, int R>
 __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, const float *scales,
                                                   int64_t scale_cols, int64_t N, int64_t Kp,
                                                   const float4 *xp /* [T][G][CE/4][32] lane order */, int64_t G,
@@ -79,19 +87,28 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
     pdl_start();
     constexpr int CE = dense_traits<FMT>::CE, ES = dense_traits<FMT>::ES;
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (row >= N) return;
-    const uint8_t *wrow = W + row * Kp * ES;
-    const float *srow = fp8_row_scales(scales, scale_cols, row);
+    const int64_t row0 = ((int64_t)blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
+    if (row0 >= N) return;
+    const uint8_t *wrow[R];
+    const float *srow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t row = row0 + r < N ? row0 + r : N - 1; /* rows past N read the last one, store nothing */
+        wrow[r] = W + row * Kp * ES;
+        srow[r] = fp8_row_scales(scales, scale_cols, row);
+    }
     const int64_t nchunks = Kp / CE;
     for (int t0 = 0; t0 < T; t0 += TT) {
-        float acc[TT];
+        float acc[R][TT];
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++) acc[tt] = 0.0f;
-#pragma unroll 4
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) acc[r][tt] = 0.0f;
+#pragma unroll(R > 2 ? 1 : 4)
         for (int64_t c = lane; c < nchunks; c += 32) {
-            float w[CE];
-            load_w_chunk<FMT>(wrow, c, w, srow);
+            float w[R][CE];
+#pragma unroll
+            for (int r = 0; r < R; r++) load_w_chunk<FMT>(wrow[r], c, w[r], srow[r]);
 #pragma unroll
             for (int tt = 0; tt < TT; tt++) {
                 if (t0 + tt >= T) break;
@@ -99,18 +116,23 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
 #pragma unroll
                 for (int j = 0; j < CE; j += 4) {
                     const float4 f = __ldg(xq + (j / 4) * 32);
-                    acc[tt] = fmaf(w[j], f.x, acc[tt]);
-                    acc[tt] = fmaf(w[j + 1], f.y, acc[tt]);
-                    acc[tt] = fmaf(w[j + 2], f.z, acc[tt]);
-                    acc[tt] = fmaf(w[j + 3], f.w, acc[tt]);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        acc[r][tt] = fmaf(w[r][j], f.x, acc[r][tt]);
+                        acc[r][tt] = fmaf(w[r][j + 1], f.y, acc[r][tt]);
+                        acc[r][tt] = fmaf(w[r][j + 2], f.z, acc[r][tt]);
+                        acc[r][tt] = fmaf(w[r][j + 3], f.w, acc[r][tt]);
+                    }
                 }
             }
         }
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++) {
-            float s = warp_sum(acc[tt]);
-            if (lane == 0 && t0 + tt < T) y[(size_t)(t0 + tt) * N + row] = s;
-        }
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                const float s = warp_sum(acc[r][tt]);
+                if (lane == 0 && t0 + tt < T && row0 + r < N) y[(size_t)(t0 + tt) * N + row0 + r] = s;
+            }
     }
 }
 
@@ -178,6 +200,39 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
         }
 }
 
+/* dense_gemv at TT tokens per pass (T rounded up to 1, 2, 4, 8 or 16) and R rows per warp. */
+template <int FMT, int R>
+static void launch_gemv_rows(const uint8_t *w, const float *sc, int64_t scols, int64_t N, int64_t Kp, const float4 *xp,
+                             int64_t G, int T, float *y) {
+    const unsigned grid = qrt_grid((size_t)N, 4 * R);
+    if (T == 1) QRT_LAUNCH(dense_gemv<FMT, 1, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+    else if (T == 2) QRT_LAUNCH(dense_gemv<FMT, 2, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+    else if (T <= 4) QRT_LAUNCH(dense_gemv<FMT, 4, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+    else if (T <= 8) QRT_LAUNCH(dense_gemv<FMT, 8, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+    else QRT_LAUNCH(dense_gemv<FMT, 16, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+}
+template <int FMT>
+static void launch_gemv(int R, const uint8_t *w, const float *sc, int64_t scols, int64_t N, int64_t Kp,
+                        const float4 *xp, int64_t G, int T, float *y) {
+    switch (R) {
+    case 1: launch_gemv_rows<FMT, 1>(w, sc, scols, N, Kp, xp, G, T, y); break;
+    case 2: launch_gemv_rows<FMT, 2>(w, sc, scols, N, Kp, xp, G, T, y); break;
+    case 4: launch_gemv_rows<FMT, 4>(w, sc, scols, N, Kp, xp, G, T, y); break;
+    default: launch_gemv_rows<FMT, 8>(w, sc, scols, N, Kp, xp, G, T, y); break;
+    }
+}
+
+/* Rows per warp of dense_gemv at T tokens. QRT_DENSE_ROWS=1|2|4|8 forces one (tilebench's comparisons). */
+static int dense_rows(int T) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("QRT_DENSE_ROWS");
+        forced = e && (!strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "4") || !strcmp(e, "8")) ? atoi(e) : 0;
+    }
+    if (forced) return forced;
+    return T == 1 ? 1 : T <= 4 ? 4 : 2;
+}
+
 template <int FMT> static void launch_dense(const qrt_linear *W, const float *x, int T, float *y) {
     const int64_t N = W->n, K = W->k, Kp = qrt_dense_row_elems(FMT, K);
     const uint8_t *w = (const uint8_t *)W->data;
@@ -186,12 +241,7 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
     if (T <= 16) {
         int64_t G;
         const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
-        unsigned grid = qrt_grid((size_t)N, 4);
-        if (T == 1) QRT_LAUNCH(dense_gemv<FMT, 1>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T == 2) QRT_LAUNCH(dense_gemv<FMT, 2>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T <= 4) QRT_LAUNCH(dense_gemv<FMT, 4>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-        else if (T <= 8) QRT_LAUNCH(dense_gemv<FMT, 8>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-        else QRT_LAUNCH(dense_gemv<FMT, 16>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+        launch_gemv<FMT>(dense_rows(T), w, sc, scols, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
         QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, sc, scols, N, K, Kp, x, T, y);
