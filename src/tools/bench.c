@@ -388,6 +388,55 @@ static int run_parity(bench *b, const int32_t *ids, int n, int kmax, json_t *jpa
     return 1;
 }
 
+/* ---- byte floors ----------------------------------------------------------------------------------- */
+
+/* The least time a row's work can take at the read bandwidth bw_gbs: every byte it must move, read once. A plain token
+ * reads the weights, the f32 vectors, the GDN state (read and written) and the KV cache of its context; the verify of
+ * K+1 tokens needs the same bytes once (kernels that read each weight once for all its tokens) plus K more tokens of
+ * KV; a chain of K draft steps reads the MTP step's weights K times. Context: the mean over the generation. */
+typedef struct {
+    double token_ms, verify_ms, chain_ms;
+} floors;
+
+static floors row_floors(const qrt_token_bytes *tb, const row *w, int n_new, double bw_gbs) {
+    const double ctx = w->ctx + n_new / 2.0, per_s = bw_gbs * 1e9 / 1e3; /* bytes per ms */
+    const double token = (double)(tb->weights + tb->vectors + tb->state) + (double)tb->kv_per_ctx * ctx;
+    floors f = {token / per_s, 0, 0};
+    if (w->K) {
+        f.verify_ms = (token + (double)tb->kv_per_ctx * w->K) / per_s;
+        f.chain_ms = (double)tb->mtp_step * w->K / per_s;
+    }
+    return f;
+}
+
+static void print_floors(const bench *b, const row *rows, int n_rows, const qrt_token_bytes *tb, double bw_gbs) {
+    if (bw_gbs <= 0) return;
+    printf("\nbyte floors at %.0f GB/s (the read measured above): the least each part can take, and that as %% of "
+           "what it took\n", bw_gbs);
+    printf("%6s %3s %14s %9s %18s %9s %18s %9s\n", "ctx", "K", "token_floor_ms", "%", "verify_floor_ms",
+           "%", "chain_floor_ms", "%");
+    for (int i = 0; i < n_rows; i++) {
+        const row *w = &rows[i];
+        const floors f = row_floors(tb, w, b->n_new, bw_gbs);
+        const double per_token = ratio(w->dec, (double)b->n_new);
+        if (!w->K) {
+            printf("%6d %3d %14.3f %8.1f%%\n", w->ctx, w->K, f.token_ms, 100 * ratio(f.token_ms, per_token));
+            continue;
+        }
+        printf("%6d %3d %14.3f %9s %18.3f %8.1f%% %18.3f %8.1f%%\n", w->ctx, w->K, f.token_ms, "-", f.verify_ms,
+               100 * ratio(f.verify_ms, w->verify), f.chain_ms, 100 * ratio(f.chain_ms, w->chain));
+    }
+}
+
+/* The read bandwidth the floors use: one streaming read (GPU: 1 GiB, CPU: 256 MiB), measured in this run; 0 when the
+ * measurement fails (the floors are then not printed). */
+static double measure_read_gbs(int gpu, qrt_devinfo *d) {
+    const size_t size = gpu ? (size_t)1 << 30 : (size_t)256 << 20;
+    qrt_membw_result r;
+    if (qrt_membw_measure(gpu, &size, 1, 0, 0, 0, d, &r)) return 0;
+    return r.points[0].read_gbs;
+}
+
 /* ---- output -------------------------------------------------------------------------------------- */
 
 static void print_table(const bench *b, const row *rows, int n_rows) {
@@ -542,6 +591,8 @@ static int run(bench *b) {
         printf("# graph cache: CUDA graphs of the greedy decode step (T=1), the verify (T=K+1), the MTP draft step and "
                "catch-up, the rollback, one per key, recorded after its first (plain) run and replayed at every "
                "position (QRT_CUDA_GRAPHS=0: off); prefill and the profiled generation run plainly\n");
+    const double bw_gbs = measure_read_gbs(gpu, &d);
+    if (bw_gbs > 0) printf("# read bandwidth: %.0f GB/s (one streaming read, now; the byte floors use it)\n", bw_gbs);
     fflush(stdout);
     /* the rows */
     row *rows = qrt_calloc((size_t)n_prompts * b->n_k, sizeof *rows);
@@ -560,6 +611,7 @@ static int run(bench *b) {
         if (ok && b->parity) ok = run_parity(b, prompts[p], lens[p], kmax, jparity);
     }
     if (ok) print_table(b, rows, n_rows);
+    if (ok) print_floors(b, rows, n_rows, &tb, bw_gbs);
     int all_identical = 1;
     for (int i = 0; i < n_rows; i++) all_identical &= rows[i].identical;
     if (ok && b->json_path) {
