@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build qwenrt and run the main job: the decode benchmark (qwenrt bench). Without -m it runs the built-in
-# synthetic model (random weights made in memory): the tiny shape on the CPU, the Qwen3.6-27B shape
-# (all-NVFP4, MTP head, simulated acceptance with --sim-al) on a GPU. Extra arguments go to qwenrt bench:
+# synthetic model (random weights made in memory): the tiny shape on the CPU, the Qwen3.6-27B shape (MTP head,
+# simulated acceptance with --sim-al) on a GPU, twice: first in the layout published NVFP4 checkpoints use
+# (--format stored: GDN projections and lm_head BF16; what users run), then all-NVFP4. Extra arguments go to
+# qwenrt bench instead of those defaults:
 #   scripts/run.sh [-m DIR [--mtp DIR]] [--ctx 128,2048] [-K 0,6] [--sim-al 3.86] [--parity] [--json FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,5 +11,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target qwenrt_cli
 args=("$@")
 # the built-in default: a short run of the synthetic model, with simulated acceptance for the K=6 row
-if [[ $# -eq 0 ]]; then args=(--ctx 128 -K 0,6 -n 32 --reps 3 --sim-al 3.86 --parity); fi
+if [[ $# -eq 0 ]]; then
+    defaults=(--ctx 128 -K 0,6 -n 32 --reps 3 --sim-al 3.86 --parity)
+    ./build/bin/qwenrt bench --format stored "${defaults[@]}"
+    exec ./build/bin/qwenrt bench --format nvfp4 "${defaults[@]}"
+fi
 exec ./build/bin/qwenrt bench "${args[@]}"
