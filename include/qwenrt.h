@@ -6,6 +6,11 @@
  *   qrt_model   *m; qrt_model_load("Qwen3.6-27B", NULL, &m);       immutable weights, shared
  *   qrt_session *s; qrt_session_new(m, 4096, &s);                   one sequence's mutable state
  *   qrt_prefill(s, ids, n, logits);  qrt_decode(s, next, logits);   logits: float[qrt_model_vocab(m)]
+ *
+ * Threads. A model may be shared by sessions; a session is used by one thread at a time. On the CUDA backend, run the
+ * forwards of all sessions of a process from one thread (or serialise them): the backend keeps process-wide state
+ * (the CUDA-graph step slot and epoch, scratch buffers that grow on demand). The CPU backend has no such state and
+ * parallelises inside each call with OpenMP. The last error message (qrt_last_error) is per thread.
  */
 #ifndef QWENRT_H
 #define QWENRT_H
