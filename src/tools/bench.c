@@ -3,7 +3,7 @@
  * For each context length and each K: one warmup generation, --reps timed ones, each rep printed with a hash
  * of its output tokens (they must agree) and the median in the seed thread's table
  * (ctx K TTFT_ms dec_ms tok/s AL att acc) plus chain/verify ms per cycle; then one extra generation with
- * every backend op timed by category (the kernel breakdown of the decode window; kept out of the timed reps
+ * every backend op timed by category (the kernel breakdown of its prefill and decode window; kept out of the timed reps
  * because timing each op costs time), and with --parity the K=1 vs K greedy check. Without -m it runs a
  * synthetic model made in memory (tiny on the CPU, the Qwen3.6-27B shape on a GPU), and says so on every
  * line. Random weights cannot measure acceptance: --sim-al A forces the accept count per cycle so that the
@@ -59,8 +59,10 @@ static const char *usage =
     "  main model, both per cycle; cycle_ms = chain_ms + verify_ms. Timing: monotonic host clock; every phase\n"
     "  ends in a blocking logits download, so the GPU's work is inside it.\n"
     "  Kernel breakdown: one extra generation with each backend op bracketed by CUDA events (host clock on\n"
-    "  the CPU), decode window only: W4A16 GEMM, BF16 GEMV, FP8 GEMM, GDN, attention, other, as ms, % of the\n"
-    "  op total and GB/s (weight bytes / ms) of the matmul categories.\n"
+    "  the CPU), for the prefill and for the decode window: W4A16 GEMM, BF16 GEMV, FP8 GEMM, GDN, attention,\n"
+    "  other, as ms, % of the op total and GB/s (weight bytes / ms) of the matmul categories.\n"
+    "  Byte floors: per row, the least a token, the verify and the chain can take at the read bandwidth\n"
+    "  measured at the start (every byte they must move, read once), and each as % of the measured time.\n"
     "exit status: 0, 1 (error), 2 (bad arguments), 3 (output hashes differed between reps).\n";
 
 /* The seed text of the repeat prompt (any fixed English works; this one is ordinary prose). */
@@ -93,6 +95,7 @@ typedef struct {
     int32_t *out;
     const char *tags; /* appended to every result line: "[synthetic, simulated AL]" */
     int sim_cycle, profiling_armed;
+    qrt_opprof_result prefill_prof; /* the profiled generation's prefill, until arm_profiler hands it over */
 } bench;
 
 typedef struct {
@@ -223,11 +226,12 @@ static int sim_accept(int K, int j, void *user) {
     return want < K ? want : K;
 }
 
-/* The first token's callback starts the op timing: the breakdown covers the decode window only. */
+/* The first token's callback closes the prefill's op timing and starts the decode window's. */
 static int arm_profiler(int32_t id, void *user) {
     bench *b = user;
     if (b->profiling_armed) {
         b->profiling_armed = 0;
+        qrt_opprof_stop(&b->prefill_prof);
         qrt_opprof_start();
     }
     return 0;
@@ -250,6 +254,7 @@ static int generate(bench *b, const int32_t *ids, int n, int K, int simulate, in
         b->m->be = qrt_opprof_backend(b->real_be);
         b->profiling_armed = 1;
         go.on_token = arm_profiler, go.user = b;
+        qrt_opprof_start();
     }
     qrt_status st = qrt_generate(b->s, ids, n, &go, b->out, &r->st);
     if (profile) {
@@ -294,8 +299,8 @@ typedef struct {
     int identical;
     double ttft, dec, tps, chain, verify;
     int have_prof;
-    qrt_opprof_result prof;
-    double window_ms;
+    qrt_opprof_result prof, prefill_prof;
+    double window_ms, prefill_window_ms;
     qrt_graph_stats g_warm, g_reps; /* the graph cache after the warmup; what the reps added to it */
 } row;
 
@@ -307,21 +312,26 @@ static void print_rep(const bench *b, int i, const rep_result *r) {
            f_chain(r), f_verify(r), (unsigned long long)r->hash, b->tags);
 }
 
-static void print_breakdown(const bench *b, const row *w) {
+static void print_categories(const bench *b, const char *what, const qrt_opprof_result *prof, double window_ms) {
     double total = 0;
-    for (int c = 0; c < QRT_OPCAT_COUNT; c++) total += w->prof.ms[c];
-    printf("  kernel categories, decode window (one extra profiled generation; %s timing per op) %s\n",
+    for (int c = 0; c < QRT_OPCAT_COUNT; c++) total += prof->ms[c];
+    printf("  kernel categories, %s (one extra profiled generation; %s timing per op) %s\n", what,
            strcmp(b->real_be->name, "cuda") ? "host clock" : "CUDA event", b->tags);
     printf("    %-11s %10s %6s %8s %9s\n", "category", "ms", "%", "calls", "GB/s");
     for (int c = 0; c < QRT_OPCAT_COUNT; c++) {
-        if (!w->prof.calls[c]) continue;
+        if (!prof->calls[c]) continue;
         char gbs[32] = "";
-        if (w->prof.bytes[c]) snprintf(gbs, sizeof gbs, "%9.1f", w->prof.bytes[c] / (w->prof.ms[c] * 1e-3) / 1e9);
-        printf("    %-11s %10.2f %5.1f%% %8llu %9s %s\n", qrt_opcat_name(c), w->prof.ms[c], 100 * ratio(w->prof.ms[c], total),
-               (unsigned long long)w->prof.calls[c], gbs, b->tags);
+        if (prof->bytes[c]) snprintf(gbs, sizeof gbs, "%9.1f", prof->bytes[c] / (prof->ms[c] * 1e-3) / 1e9);
+        printf("    %-11s %10.2f %5.1f%% %8llu %9s %s\n", qrt_opcat_name(c), prof->ms[c], 100 * ratio(prof->ms[c], total),
+               (unsigned long long)prof->calls[c], gbs, b->tags);
     }
-    printf("    %-11s %10.2f of a %.2f ms decode window (the rest: host work, launch gaps, timing overhead) %s\n",
-           "total", total, w->window_ms, b->tags);
+    printf("    %-11s %10.2f of a %.2f ms %s (the rest: host work, launch gaps, timing overhead) %s\n", "total", total,
+           window_ms, what, b->tags);
+}
+
+static void print_breakdown(const bench *b, const row *w) {
+    print_categories(b, "prefill", &w->prefill_prof, w->prefill_window_ms);
+    print_categories(b, "decode window", &w->prof, w->window_ms);
 }
 
 static int run_row(bench *b, const int32_t *ids, int n, row *w) {
@@ -359,6 +369,8 @@ static int run_row(bench *b, const int32_t *ids, int n, row *w) {
         if (!generate(b, ids, n, w->K, simulate, 1, &pr, &w->prof)) return 0;
         w->have_prof = 1;
         w->window_ms = pr.st.decode_ms;
+        w->prefill_prof = b->prefill_prof;
+        w->prefill_window_ms = pr.st.prefill_ms;
         print_breakdown(b, w);
     }
     return 1;
