@@ -1,8 +1,9 @@
 /* Dense matmul y [T][N] = x [T][K] · Wᵀ for BF16, F16, F32 and FP8 block-128 weights (FP8: each chunk of 16 e4m3 is
  * widened and multiplied by its block scale, as the CPU backend does). Picked by T:
- *   dense_gemv<fmt, TT>   T <= 16: one warp per row, TT tokens share each 16-byte weight load; x first copied into
- *                         lane order (permute_x_lanes) for coalesced loads
- *   dense_tiled<fmt>      T > 16: 8 warps x 4 rows per block, a 16-token x tile in shared memory
+ *   dense_gemv<fmt, TT, R>  T <= 16: one warp per R rows (1, 2, 4 or 8, by a table measured on the H200:
+ *                           dense_rows), TT tokens share each 16-byte weight load; x first copied into lane order
+ *                           (permute_x_lanes) for coalesced loads
+ *   dense_tiled<fmt>        T > 16: 8 warps x 4 rows per block, a 16-token x tile in shared memory
  * Order (batch invariance): the row is cut into 16-byte chunks (8 BF16/F16, 4 F32 or 16 FP8 elements); chunk c belongs
  * to lane c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane sums are
  * added by the xor butterfly of warp_sum. Device layout (prepare_linear): rows padded with zeros to 16 bytes. */
@@ -222,15 +223,22 @@ static void launch_gemv(int R, const uint8_t *w, const float *sc, int64_t scols,
     }
 }
 
-/* Rows per warp of dense_gemv at T tokens. QRT_DENSE_ROWS=1|2|4|8 forces one (tilebench's comparisons). */
-static int dense_rows(int T) {
+/* Rows per warp of dense_gemv at T tokens on N rows: the fastest in tilebench's BF16 shapes of Qwen3.6-27B on the H200
+ * (docs/benchmarks.md, "Dense GEMV rows per warp"): short N (5120) gains from sharing x only at 2..4 and 9..16
+ * tokens, long N (16384 and up) at every T, lm_head's 248320 rows most from 4 rows at 5..8 tokens. Every R gives the
+ * same bits. QRT_DENSE_ROWS=1|2|4|8 forces one (for tilebench's comparisons). */
+static int dense_rows(int T, int64_t N) {
     static int forced = -1;
     if (forced < 0) {
         const char *e = getenv("QRT_DENSE_ROWS");
         forced = e && (!strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "4") || !strcmp(e, "8")) ? atoi(e) : 0;
     }
     if (forced) return forced;
-    return T == 1 ? 1 : T <= 4 ? 4 : 2;
+    if (N <= 8192) return T == 1 || (T >= 5 && T <= 8) ? 1 : 2;
+    if (T == 1) return 4;
+    if (T == 2 || T > 8) return 8;
+    if (T >= 5 && N >= 65536) return 4;
+    return 2;
 }
 
 template <int FMT> static void launch_dense(const qrt_linear *W, const float *x, int T, float *y) {
@@ -241,7 +249,7 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
     if (T <= 16) {
         int64_t G;
         const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
-        launch_gemv<FMT>(dense_rows(T), w, sc, scols, N, Kp, xp, G, T, y);
+        launch_gemv<FMT>(dense_rows(T, N), w, sc, scols, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
         QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, sc, scols, N, K, Kp, x, T, y);
