@@ -139,6 +139,9 @@ typedef struct qrt_tokenizer qrt_tokenizer;
 qrt_status qrt_tokenizer_load(const char *path, qrt_tokenizer **out);
 void qrt_tokenizer_free(qrt_tokenizer *t);
 int32_t qrt_tokenizer_vocab(const qrt_tokenizer *t); /* ids are 0..vocab-1 (BPE and added tokens) */
+/* Check that every id of t has a row in m's logits (its largest id is below config.json's vocab_size), so a
+ * tokenizer from another model fails at load, not mid-generation. model_dir names config.json in the error. */
+qrt_status qrt_tokenizer_check_model(const qrt_tokenizer *t, const qrt_model *m, const char *model_dir);
 /* The id of a token given as text ("<|im_end|>", "hello"), or -1 when no single token spells it. */
 int32_t qrt_tokenizer_token_id(const qrt_tokenizer *t, const char *token);
 

@@ -8,6 +8,13 @@ expect_error() {
     if [ -z "$err" ]; then echo "FAIL (no message): $*"; fails=$((fails+1)); return; fi
     echo "ok ($rc): $* -> $(echo "$err" | head -n1)"
 }
+expect_error_with() { # NEEDLE CMD...: as expect_error, and the message must hold NEEDLE
+    needle=$1; shift
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then echo "FAIL (exit $rc): $*"; fails=$((fails+1)); return; fi
+    case $err in *"$needle"*) echo "ok ($rc): $* -> $(echo "$err" | head -n1)" ;;
+    *) echo "FAIL (message lacks '$needle'): $* -> $err"; fails=$((fails+1)) ;; esac
+}
 expect_ok() {
     if ! "$@" >/dev/null 2>&1; then echo "FAIL (should succeed): $*"; fails=$((fails+1)); else echo "ok: $*"; fi
 }
@@ -41,6 +48,11 @@ expect_ok "$q" synth --preset tiny --format nvfp4 --mtp "$syn/m"
 expect_ok "$q" tokenize -m "$syn/m" --json "Hello <|im_end|> wörld"
 expect_ok "$q" generate -m "$syn/m" -p "Hello" --chat --no-think -n 4 --no-eos --spec-k 2
 expect_error "$q" synth --preset huge --format nvfp4 "$syn/x"
+# a tokenizer with an id past config.json's vocab_size (2048) belongs to another model
+cp -r "$syn/m" "$syn/big-tok"
+sed 's/"id":2047,/"id":2048,/' "$syn/m/tokenizer.json" >"$syn/big-tok/tokenizer.json"
+expect_error_with "token id 2048" "$q" generate -m "$syn/big-tok" -p "Hello" -n 2
+expect_error_with "vocab_size 2048 of $syn/big-tok/config.json" "$q" generate -m "$syn/big-tok" -p "Hello" -n 2
 rm -rf "$syn"
 [ $fails -eq 0 ] && echo "cli_errors: all passed" || echo "cli_errors: $fails failed"
 exit $fails

@@ -303,7 +303,8 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
     int rc = 1, printed = 0;
     int ctx = a.ctx ? a.ctx : n + a.n;
-    if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
+    if (m && out && (!tok || qrt_tokenizer_check_model(tok, m, a.model) == QRT_OK) &&
+        qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
                            .on_token = a.json ? NULL : print_token, .user = &printed};
         if (stream && !a.json) go.on_token = qrt_cli_print_token_text, go.user = stream;

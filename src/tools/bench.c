@@ -170,7 +170,8 @@ static int load(bench *b, int gpu, double *build_s) {
         char path[4096];
         struct stat sb;
         snprintf(path, sizeof path, "%s/tokenizer.json", b->dir);
-        if (stat(path, &sb) == 0 && qrt_tokenizer_load(path, &b->tok) != QRT_OK) {
+        if (stat(path, &sb) == 0 &&
+            (qrt_tokenizer_load(path, &b->tok) != QRT_OK || qrt_tokenizer_check_model(b->tok, b->m, b->dir) != QRT_OK)) {
             fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
             return 0;
         }
