@@ -27,6 +27,7 @@ typedef enum {
     QRT_ERR_MEMORY,      /* an allocation failed */
     QRT_ERR_CONTEXT,     /* the session's context (max_ctx) is full */
     QRT_ERR_UNSUPPORTED, /* a valid input this build cannot run */
+    QRT_ERR_NONFINITE,   /* a forward pass produced NaN or Inf logits (broken weights or a kernel fault) */
 } qrt_status;
 
 /* A short name for a status ("format error"); never NULL. */
