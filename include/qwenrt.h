@@ -32,6 +32,7 @@ typedef enum {
     QRT_ERR_MEMORY,      /* an allocation failed */
     QRT_ERR_CONTEXT,     /* the session's context (max_ctx) is full */
     QRT_ERR_UNSUPPORTED, /* a valid input this build cannot run */
+    QRT_ERR_NONFINITE,   /* a forward pass produced NaN or Inf logits (broken weights or a kernel fault) */
 } qrt_status;
 
 /* A short name for a status ("format error"); never NULL. */
@@ -144,6 +145,9 @@ typedef struct qrt_tokenizer qrt_tokenizer;
 qrt_status qrt_tokenizer_load(const char *path, qrt_tokenizer **out);
 void qrt_tokenizer_free(qrt_tokenizer *t);
 int32_t qrt_tokenizer_vocab(const qrt_tokenizer *t); /* ids are 0..vocab-1 (BPE and added tokens) */
+/* Check that every id of t has a row in m's logits (its largest id is below config.json's vocab_size), so a
+ * tokenizer from another model fails at load, not mid-generation. model_dir names config.json in the error. */
+qrt_status qrt_tokenizer_check_model(const qrt_tokenizer *t, const qrt_model *m, const char *model_dir);
 /* The id of a token given as text ("<|im_end|>", "hello"), or -1 when no single token spells it. */
 int32_t qrt_tokenizer_token_id(const qrt_tokenizer *t, const char *token);
 

@@ -8,6 +8,29 @@ expect_error() {
     if [ -z "$err" ]; then echo "FAIL (no message): $*"; fails=$((fails+1)); return; fi
     echo "ok ($rc): $* -> $(echo "$err" | head -n1)"
 }
+expect_error_with() { # NEEDLE CMD...: as expect_error, and the message must hold NEEDLE
+    needle=$1; shift
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then echo "FAIL (exit $rc): $*"; fails=$((fails+1)); return; fi
+    case $err in *"$needle"*) echo "ok ($rc): $* -> $(echo "$err" | head -n1)" ;;
+    *) echo "FAIL (message lacks '$needle'): $* -> $err"; fails=$((fails+1)) ;; esac
+}
+# nan_patch FILE TENSOR: the first value of TENSOR in the safetensors FILE becomes NaN (FILE must be a copy)
+nan_patch() {
+    python3 - "$1" "$2" <<'EOF'
+import json, struct, sys
+path, name = sys.argv[1], sys.argv[2]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    t = json.loads(f.read(n))[name]
+    f.seek(8 + n + t["data_offsets"][0])
+    f.write({"F32": b"\x00\x00\xc0\x7f", "F16": b"\x00\x7e", "BF16": b"\xc0\x7f"}[t["dtype"]])
+EOF
+}
+expect_json() { # CMD...: must succeed and print valid JSON on stdout
+    if "$@" 2>/dev/null | python3 -m json.tool >/dev/null 2>&1; then echo "ok (valid JSON): $*"
+    else echo "FAIL (not valid JSON, or failed): $*"; fails=$((fails+1)); fi
+}
 expect_ok() {
     if ! "$@" >/dev/null 2>&1; then echo "FAIL (should succeed): $*"; fails=$((fails+1)); else echo "ok: $*"; fi
 }
@@ -41,6 +64,30 @@ expect_ok "$q" synth --preset tiny --format nvfp4 --mtp "$syn/m"
 expect_ok "$q" tokenize -m "$syn/m" --json "Hello <|im_end|> wörld"
 expect_ok "$q" generate -m "$syn/m" -p "Hello" --chat --no-think -n 4 --no-eos --spec-k 2
 expect_error "$q" synth --preset huge --format nvfp4 "$syn/x"
+# a tokenizer with an id past config.json's vocab_size (2048) belongs to another model
+cp -r "$syn/m" "$syn/big-tok"
+sed 's/"id":2047,/"id":2048,/' "$syn/m/tokenizer.json" >"$syn/big-tok/tokenizer.json"
+expect_error_with "token id 2048" "$q" generate -m "$syn/big-tok" -p "Hello" -n 2
+expect_error_with "vocab_size 2048 of $syn/big-tok/config.json" "$q" generate -m "$syn/big-tok" -p "Hello" -n 2
 rm -rf "$syn"
+# NaN weights: generation stops with an error naming the position (greedy, sampled, speculative main and MTP head),
+# inspect --check names the tensor, and logits --json stays valid JSON (null for NaN)
+nan=$(mktemp -d)
+cp -r "$data/tiny-flat" "$nan/flat" && cp -r "$data/tiny-mm" "$nan/mm" && cp -r "$data/tiny-mm" "$nan/mtp"
+nan_patch "$nan/flat/model-00002-of-00002.safetensors" model.norm.weight
+nan_patch "$nan/mm/model.safetensors" model.language_model.norm.weight
+nan_patch "$nan/mtp/model.safetensors" mtp.norm.weight
+expect_error_with "non-finite logits at position 2" "$q" generate -m "$nan/flat" --ids 1,2,3 -n 4
+expect_error_with "non-finite logits at position 2" "$q" generate -m "$nan/flat" --ids 1,2,3 -n 4 --temperature 0.8
+expect_error_with "non-finite logits at position 2" "$q" generate -m "$nan/mm" --ids 1,2,3 -n 4 --spec-k 2
+expect_error_with "non-finite logits of the MTP head" "$q" generate -m "$nan/mtp" --ids 1,2,3 -n 4 --spec-k 2
+expect_error_with "non-finite logits of the MTP head" "$q" generate -m "$nan/mtp" --ids 1,2,3 -n 4 --spec-k 2 \
+    --temperature 0.8
+expect_error_with "the first model.norm.weight (F16, 1 non-finite of" "$q" inspect --check "$nan/flat"
+expect_error_with "the first mtp.norm.weight (BF16, 1 non-finite of" "$q" inspect --check "$nan/mtp"
+expect_ok "$q" inspect --check "$data/tiny-flat"
+expect_json "$q" logits -m "$nan/flat" --ids 1,2,3 --json
+expect_json "$q" logits -m "$data/tiny-tied" --ids 1,2,3 --pos 0 --json
+rm -rf "$nan"
 [ $fails -eq 0 ] && echo "cli_errors: all passed" || echo "cli_errors: $fails failed"
 exit $fails

@@ -52,6 +52,9 @@ static void expect(const char *what, qrt_status want, const char *needle1, const
     qrt_model_free(m);
 }
 
+/* Bytes of space added after the header's padding to 8: 1 makes a header whose length misaligns the data block. */
+static size_t header_misalign;
+
 /* Rewrite model.safetensors with its header passed through edit(); the data block is kept. */
 static void edit_header(void (*edit)(json_t *hdr)) {
     char p[1200];
@@ -66,7 +69,7 @@ static void edit_header(void (*edit)(json_t *hdr)) {
     json_t *j = json_loads(hdr, 0, NULL);
     edit(j);
     char *text = json_dumps(j, JSON_COMPACT);
-    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8 + header_misalign;
     snprintf(p, sizeof p, "%s/model.safetensors", work);
     FILE *o = fopen(p, "wb");
     uint64_t L = padded;
@@ -95,10 +98,34 @@ static void wrong_shape(json_t *h) {
     json_array_set_new(shape, 0, a);
     json_array_set_new(shape, 1, b);
 }
-static void drop_tensor(json_t *h) { json_object_del(h, "model.layers.2.self_attn.k_norm.weight"); }
+/* renamed, not deleted: deleting it would leave its bytes uncovered, which the parser rejects first */
+static void drop_tensor(json_t *h) {
+    const char *name = "model.layers.2.self_attn.k_norm.weight";
+    json_object_set(h, "unused.k_norm.weight", json_object_get(h, name));
+    json_object_del(h, name);
+}
 static void unknown_dtype(json_t *h) { json_object_set_new(entry(h, "model.norm.weight"), "dtype", json_string("Q4")); }
 static void size_mismatch(json_t *h) {
     json_array_set_new(json_object_get(entry(h, "model.norm.weight"), "shape"), 0, json_integer(7));
+}
+
+/* 4 bytes into the embedding before it: two tensors claim the same bytes */
+static void overlapping(json_t *h) {
+    json_t *off = json_object_get(entry(h, "model.layers.0.input_layernorm.weight"), "data_offsets");
+    json_array_set_new(off, 0, json_integer(json_integer_value(json_array_get(off, 0)) - 4));
+    json_array_set_new(off, 1, json_integer(json_integer_value(json_array_get(off, 1)) - 4));
+}
+static void metadata_not_string(json_t *h) {
+    json_object_set_new(h, "__metadata__", json_pack("{sssi}", "format", "pt", "total_size", 123));
+}
+static void unchanged(json_t *h) { (void)h; }
+
+static void append_bytes(size_t n) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", work);
+    FILE *f = fopen(p, "ab");
+    for (size_t i = 0; i < n; i++) fputc(0, f);
+    fclose(f);
 }
 
 static void set_len(uint64_t hlen) {
@@ -194,12 +221,26 @@ int main(int argc, char **argv) {
         {"wrong dtype", wrong_dtype, QRT_ERR_WEIGHTS, "model.norm.weight", "I32"},
         {"wrong shape", wrong_shape, QRT_ERR_WEIGHTS, "model.layers.1.mlp.gate_proj.weight", "expected [256, 128]"},
         {"missing tensor", drop_tensor, QRT_ERR_WEIGHTS, "model.layers.2.self_attn.k_norm.weight", "missing"},
+        {"overlapping tensors", overlapping, QRT_ERR_FORMAT, "model.layers.0.input_layernorm.weight",
+         "inside tensor 'model.embed_tokens.weight'"},
+        {"metadata value not a string", metadata_not_string, QRT_ERR_FORMAT, "__metadata__", "total_size"},
     };
     for (size_t i = 0; i < sizeof header_cases / sizeof header_cases[0]; i++) {
         fresh_copy();
         edit_header(header_cases[i].edit);
         expect(header_cases[i].what, header_cases[i].want, header_cases[i].needle1, header_cases[i].needle2);
     }
+
+    /* bytes after the last tensor's data: the reference library rejects them (MetadataIncompleteBuffer) */
+    fresh_copy();
+    append_bytes(16);
+    expect("trailing bytes", QRT_ERR_FORMAT, "model.safetensors", "16 bytes after the end");
+    /* a header whose length is not padded to 8 misaligns every tensor: the header is to blame, not a tensor */
+    fresh_copy();
+    header_misalign = 1;
+    edit_header(unchanged);
+    header_misalign = 0;
+    expect("unpadded header", QRT_ERR_FORMAT, "model.safetensors", "malformed header");
 
     /* a shard index that names a tensor its shard lacks */
     fresh_copy();

@@ -720,8 +720,8 @@ static void test_elementwise(size_t n, uint64_t seed) {
     gpu->free(ad), gpu->free(bd), gpu->free(yd);
 }
 
-/* argmax against the CPU's (qrt_argmax), exactly: random rows and rows built for the rules (ties of the max: the
- * first wins; NaN first: 0; NaN elsewhere: skipped; all -inf: 0; +inf), at the 27B vocabulary and odd lengths; the
+/* argmax against the CPU's, exactly: random rows and rows built for the rules (ties of the max: the first wins; a
+ * NaN first or elsewhere, all -inf, +inf: QRT_PICK_NONFINITE), at the 27B vocabulary and odd lengths; the
  * output poisoned with a guard band after it; the last row alone gives the same pick. */
 static void test_argmax(int rows, int n, uint64_t seed) {
     const size_t len = (size_t)rows * n;

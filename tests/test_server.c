@@ -1003,6 +1003,57 @@ static void section(const char *name, void (*fn)(void)) {
     fflush(stdout);
 }
 
+/* A copy of the fixture from_dir in dir with the first value of its final norm NaN (BF16 0x7fc0): every logit is NaN. */
+static void make_nan_fixture(const char *from_dir, const char *dir) {
+    static const char *files[] = {"config.json", "tokenizer.json", "model.safetensors"};
+    mkdir(dir, 0777);
+    for (int i = 0; i < 3; i++) {
+        char from[1200], to[1200], cmd[2500];
+        snprintf(from, sizeof from, "%s/%s", from_dir, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+        if (system(cmd)) die("cannot copy %s", from);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    uint8_t len8[8];
+    if (!f || fread(len8, 1, 8, f) != 8) die("cannot read %s", path);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
+    char *hdr = calloc(1, hlen + 1);
+    if (fread(hdr, 1, hlen, f) != hlen) die("cannot read the header of %s", path);
+    json_t *h = json_loads(hdr, 0, NULL);
+    json_t *off = json_object_get(json_object_get(h, "model.language_model.norm.weight"), "data_offsets");
+    if (!off) die("%s: no model.language_model.norm.weight", path);
+    fseek(f, (long)(8 + hlen + (uint64_t)json_integer_value(json_array_get(off, 0))), SEEK_SET);
+    const uint8_t nan_bf16[2] = {0xc0, 0x7f};
+    fwrite(nan_bf16, 1, 2, f);
+    fclose(f);
+    json_decref(h);
+    free(hdr);
+}
+
+/* NaN weights: a request fails with a server error that says why, plain and streamed, never a normal finish. */
+static void test_nan_weights(void) {
+    json_t *r;
+    int s = post("/v1/completions", json_pack("{s:[i,i,i],s:i}", "prompt", 1, 2, 3, "max_tokens", 4), &r);
+    error_ok(s, r, 500, "NaN weights");
+    const char *msg = js(r, "error/message");
+    CHECK(msg && strstr(msg, "non-finite logits"), "NaN weights: the message names the cause: %s", show(r));
+    json_decref(r);
+    json_t *events;
+    stream("/v1/completions", json_pack("{s:[i,i,i],s:i}", "prompt", 1, 2, 3, "max_tokens", 4), &events);
+    int finished = 0, errored = 0;
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *e = json_array_get(events, i);
+        finished |= js(e, "choices/0/finish_reason") != NULL;
+        errored |= json_object_get(e, "error") != NULL;
+    }
+    CHECK(errored && !finished, "NaN weights, streamed: an error event and no finish_reason: %s", show(events));
+    json_decref(events);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: test_server QWENRT_BINARY TEST_DATA_DIR SCRATCH_DIR [full|small]\n");
@@ -1034,5 +1085,15 @@ int main(int argc, char **argv) {
     int rc = stop_server();
     CHECK(rc == 0, "the server exits 0 on SIGTERM (AddressSanitizer reports leaks as non-zero): %d; log in "
           "%s/server.log", rc, scratch);
+
+    char good[sizeof fx];
+    snprintf(good, sizeof good, "%s", fx);
+    snprintf(fx, sizeof fx, "%s/fx-nan", scratch);
+    make_nan_fixture(good, fx);
+    char *plain[] = {"--ctx", "64", "--spec-k", "0", NULL};
+    start_server(plain);
+    section("nan_weights", test_nan_weights);
+    CHECK(stop_server() == 0, "the NaN-weights server exits 0 on SIGTERM");
+    snprintf(fx, sizeof fx, "%s", good);
     return test_exit("server");
 }

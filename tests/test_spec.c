@@ -128,7 +128,8 @@ static void test_rollback_state(env *e, int p) {
         int32_t first, got[QRT_SPEC_MAX_K + 1];
         CHECK_OK(qrt_spec_init(&sp, a, K, &go, &gs));
         CHECK_OK(qrt_spec_prefill(&sp, e->prompts[p], n, &first));
-        int kept = qrt_spec_cycle(&sp, got);
+        int kept = 0;
+        CHECK_OK(qrt_spec_cycle(&sp, got, &kept));
         CHECK(kept == j + 1, "prompt %d: cycle meant to accept %d drafts kept %d tokens", p, j, kept);
         /* b: the prompt, then the first token and the accepted drafts one at a time */
         float *logits = malloc(sizeof(float) * e->V);

@@ -228,6 +228,12 @@ static void vocab_negative_id(json_t *r) {
     json_object_set_new(json_object_get(json_object_get(r, "model"), "vocab"), "Ġthe", json_integer(-3));
 }
 static void vocab_missing(json_t *r) { json_object_del(json_object_get(r, "model"), "vocab"); }
+static void vocab_empty(json_t *r) { json_object_set_new(json_object_get(r, "model"), "vocab", json_object()); }
+/* a second string for the id that "Ġthe" has */
+static void vocab_duplicate_id(json_t *r) {
+    json_t *vocab = json_object_get(json_object_get(r, "model"), "vocab");
+    json_object_set_new(vocab, "zzqq", json_integer(json_integer_value(json_object_get(vocab, "Ġthe"))));
+}
 static void added_bad_id(json_t *r) {
     json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 0), "id", json_string("7"));
 }
@@ -270,6 +276,8 @@ static void test_malformed(void) {
         {"vocab id is a string", vocab_string_id, QRT_ERR_FORMAT, "model.vocab"},
         {"vocab id is negative", vocab_negative_id, QRT_ERR_FORMAT, "model.vocab"},
         {"vocab missing", vocab_missing, QRT_ERR_FORMAT, "model.vocab"},
+        {"vocab empty", vocab_empty, QRT_ERR_FORMAT, "'model.vocab' is empty"},
+        {"vocab id twice", vocab_duplicate_id, QRT_ERR_FORMAT, "\"zzqq\""},
         {"added token id is a string", added_bad_id, QRT_ERR_FORMAT, "added_tokens[0]"},
         {"added token empty", added_empty, QRT_ERR_FORMAT, "added_tokens[1]"},
         {"regex does not compile", bad_regex, QRT_ERR_FORMAT, "pre_tokenizer.pretokenizers[0].pattern"},
@@ -296,6 +304,14 @@ static void test_malformed(void) {
     at += strlen("\"vocab\":{\"");
     at[0] = (char)0xFF; /* the first vocab key now starts with a byte that is never UTF-8 */
     expect_load_error("invalid UTF-8 in vocab", text, len, QRT_ERR_FORMAT, "not valid JSON");
+    free(text);
+    /* a token string listed twice: JSON allows it, but which id wins would be the parser's choice */
+    text = json_dumps(good, JSON_COMPACT);
+    at = strstr(text, "\"vocab\":{") + strlen("\"vocab\":{");
+    char *dup = malloc(strlen(text) + 64);
+    sprintf(dup, "%.*s\"zzqq\":1,\"zzqq\":2,%s", (int)(at - text), text, at);
+    expect_load_error("token string twice", dup, strlen(dup), QRT_ERR_FORMAT, "zzqq");
+    free(dup);
     free(text);
     json_decref(good);
     qrt_tokenizer *t;

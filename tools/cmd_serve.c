@@ -225,7 +225,7 @@ int qrt_cmd_chat(int argc, char **argv) {
     qrt_reuse r = {0};
     qrt_load_opts lo = {.n_threads = a.threads, .show_progress = 1, .mtp_dir = a.mtp, .device = a.device};
     if (qrt_tokenizer_load(path, &tok) != QRT_OK || qrt_model_load(a.model, &lo, &m) != QRT_OK ||
-        qrt_reuse_init(&r, m, a.ctx, 1) != QRT_OK) {
+        qrt_tokenizer_check_model(tok, m, a.model) != QRT_OK || qrt_reuse_init(&r, m, a.ctx, 1) != QRT_OK) {
         fprintf(stderr, "qwenrt chat: %s\n", qrt_last_error());
         qrt_tokenizer_free(tok), qrt_model_free(m);
         return 1;

@@ -2,6 +2,7 @@
  * prints its own --help. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@ static const char *usage_main =
     "usage: qwenrt COMMAND [options]    (qwenrt COMMAND --help for its options)\n"
     "\n"
     "commands:\n"
-    "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token\n"
+    "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token;\n"
+    "                  --check DIR scans every tensor for NaN/Inf\n"
     "  logits          logits of a token sequence as JSON (for checking against a reference)\n"
     "  generate        generation from token ids or text (greedy or sampled, MTP speculative decoding)\n"
     "  tokenize        token ids of a text (-m DIR or --tokenizer FILE)\n"
@@ -66,7 +68,9 @@ static const char *usage_generate =
     "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
     "token; decode tok/s = (n_new - 1) / decode_ms * 1000.\n";
 
-static const char *usage_inspect = "usage: qwenrt inspect DIR\n";
+static const char *usage_inspect =
+    "usage: qwenrt inspect DIR\n"
+    "       qwenrt inspect --check DIR   scan every tensor for NaN/Inf; exit 1 naming the bad tensors\n";
 
 static int die(const char *cmd, const char *msg) {
     fprintf(stderr, "qwenrt %s: %s\n", cmd, msg);
@@ -199,6 +203,23 @@ static qrt_model *load_model(const char *cmd, const args *a) {
     return m;
 }
 
+/* A float as JSON: NaN and Inf have no JSON spelling ("nan" would make the whole output unparseable), so null. */
+static void print_json_float(float v) {
+    if (isfinite(v)) printf("%.9g", v);
+    else printf("null");
+}
+
+/* Row i's greedy pick as JSON, or null (with a warning on stderr) when its logits are not all finite. */
+static void print_json_argmax(const float *row, int32_t V, int32_t pos) {
+    if (qrt_all_finite(row, (size_t)V)) {
+        printf("%d", qrt_argmax(row, V));
+        return;
+    }
+    fprintf(stderr, "qwenrt logits: warning: non-finite logits at position %d (printed as null); run `qwenrt inspect "
+            "--check DIR` on the checkpoint\n", pos);
+    printf("null");
+}
+
 static int cmd_logits(int argc, char **argv) {
     args a;
     if (!parse_args("logits", argc, argv, &a)) return 2;
@@ -235,11 +256,17 @@ static int cmd_logits(int argc, char **argv) {
                 printf("{\"positions\": [");
                 for (int i = 0; i < n_rows; i++) printf("%s%d", i ? ", " : "", rows[i]);
                 printf("], \"argmax\": [");
-                for (int i = 0; i < n_rows; i++) printf("%s%d", i ? ", " : "", qrt_argmax(logits + (size_t)i * V, V));
+                for (int i = 0; i < n_rows; i++) {
+                    printf("%s", i ? ", " : "");
+                    print_json_argmax(logits + (size_t)i * V, V, rows[i]);
+                }
                 printf("], \"logits\": {");
                 for (int i = 0; i < n_rows; i++) {
                     printf("%s\"%d\": [", i ? ", " : "", rows[i]);
-                    for (int32_t v = 0; v < V; v++) printf("%s%.9g", v ? ", " : "", logits[(size_t)i * V + v]);
+                    for (int32_t v = 0; v < V; v++) {
+                        printf("%s", v ? ", " : "");
+                        print_json_float(logits[(size_t)i * V + v]);
+                    }
                     printf("]");
                 }
                 printf("}}\n");
@@ -303,7 +330,8 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
     int rc = 1, printed = 0;
     int ctx = a.ctx ? a.ctx : n + a.n;
-    if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
+    if (m && out && (!tok || qrt_tokenizer_check_model(tok, m, a.model) == QRT_OK) &&
+        qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
                            .on_token = a.json ? NULL : print_token, .user = &printed};
         if (stream && !a.json) go.on_token = qrt_cli_print_token_text, go.user = stream;
@@ -341,11 +369,12 @@ static int cmd_generate(int argc, char **argv) {
 
 static int cmd_inspect(int argc, char **argv) {
     if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) return fputs(usage_inspect, stdout), 0;
-    if (argc != 1) {
+    const int check = argc >= 1 && !strcmp(argv[0], "--check");
+    if (argc != 1 + check) {
         fputs(usage_inspect, stderr);
         return 2;
     }
-    return qrt_tool_inspect(argv[0], 0, stdout);
+    return check ? qrt_tool_inspect_check(argv[1], stdout) : qrt_tool_inspect(argv[0], 0, stdout);
 }
 
 int main(int argc, char **argv) {

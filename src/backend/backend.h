@@ -92,8 +92,8 @@ typedef struct qrt_backend {
     /* y = silu(g) · u */
     void (*swiglu)(const float *g, const float *u, size_t n, float *y);
     /* The greedy choice per row, on the backend so only 4 bytes per row need to come back: out[r] = qrt_argmax of row
-     * r, the first index of its largest value. NaN is never chosen over a number, except that a row starting with NaN
-     * gives 0 (qrt_argmax's scan keeps its first element then). */
+     * r, the first index of its largest value; QRT_PICK_NONFINITE (-1) when the row holds a NaN or an infinity, so
+     * that broken weights stop generation instead of emitting an arbitrary token. */
     void (*argmax)(const float *x /* [rows][n] */, int rows, int n, int32_t *out /* [rows] */);
 
     /* Graphs (NULL on backends without them). Between graph_begin and graph_end the ops are recorded, not run,

@@ -17,6 +17,13 @@ static int emit(const qrt_config *c, const qrt_gen_opts *opts, qrt_gen_stats *st
     return st->n_new >= opts->max_new;
 }
 
+/* NaN weights would otherwise run silently (the greedy pick of a NaN row is meaningless): the logits after the
+ * token at position pos must be finite. Greedy sees only the backend's pick, which flags such a row. */
+static qrt_status check_logits(const qrt_chooser *ch, const float *logits, int32_t V, int32_t next, int32_t pos) {
+    const int bad = ch->greedy ? next == QRT_PICK_NONFINITE : !qrt_all_finite(logits, (size_t)V);
+    return bad ? qrt_fail_nonfinite(pos, "") : QRT_OK;
+}
+
 static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts,
                                  int32_t *out, qrt_gen_stats *st) {
     const qrt_config *c = &s->m->cfg;
@@ -30,7 +37,7 @@ static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, 
     if (rc == QRT_OK) rc = ch.greedy ? qrt_forward_greedy(s, ids, n, NULL, 1, &next) : qrt_prefill(s, ids, n, logits);
     t1 = qrt_now_ms();
     st->prefill_ms = t1 - t0;
-    while (rc == QRT_OK) {
+    while (rc == QRT_OK && (rc = check_logits(&ch, logits, c->vocab, next, s->pos - 1)) == QRT_OK) {
         if (!ch.greedy) next = qrt_choose(&ch, logits);
         if (emit(c, opts, st, out, next)) break;
         const int32_t id = next;
@@ -55,7 +62,9 @@ static qrt_status generate_spec(qrt_session *s, const int32_t *ids, int32_t n, i
     int done = rc != QRT_OK || emit(c, opts, st, out, first);
     int32_t cycle[QRT_SPEC_MAX_K + 1];
     while (!done) {
-        int got = qrt_spec_cycle(&sp, cycle);
+        int got = 0;
+        rc = qrt_spec_cycle(&sp, cycle, &got);
+        done = rc != QRT_OK;
         for (int i = 0; i < got && !done; i++) done = emit(c, opts, st, out, cycle[i]);
     }
     st->decode_ms = qrt_now_ms() - t1;

@@ -95,6 +95,17 @@ int32_t qrt_choose(qrt_chooser *ch, const float *logits) {
     return qrt_sample_from(ch->p, ch->V, &ch->rng);
 }
 
+int qrt_all_finite(const float *x, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= isfinite(x[i]) != 0; /* no early exit: the loop vectorizes */
+    return ok;
+}
+
+qrt_status qrt_fail_nonfinite(int32_t pos, const char *who) {
+    return qrt_fail(QRT_ERR_NONFINITE, "non-finite logits%s at position %d: the weights or a kernel produced NaN; "
+                    "run `qwenrt inspect --check DIR` on the checkpoint folder", who, pos);
+}
+
 int32_t qrt_argmax(const float *x, int32_t n) {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)

@@ -43,6 +43,25 @@ static qrt_status main_forward(qrt_spec *sp, const int32_t *ids, int T, const in
                          : qrt_forward(sp->s, ids, T, rows, n_rows, sp->verify_logits);
 }
 
+/* The main forward's n_rows rows, the first after the token at position pos0 and the others consecutive, must be
+ * finite: a NaN row has no right choice, and the verify would accept drafts against garbage. */
+static qrt_status check_main(const qrt_spec *sp, int n_rows, int32_t pos0) {
+    const size_t V = (size_t)sp->s->m->cfg.vocab;
+    for (int j = 0; j < n_rows; j++) {
+        const int bad = sp->ch.greedy ? sp->verify_picks[j] == QRT_PICK_NONFINITE
+                                      : !qrt_all_finite(sp->verify_logits + (size_t)j * V, V);
+        if (bad) return qrt_fail_nonfinite(pos0 + j, "");
+    }
+    return QRT_OK;
+}
+
+/* The MTP head's latest output, the next draft's source, must be finite too (pos: the draft's position). */
+static qrt_status check_draft(const qrt_spec *sp, int32_t pos) {
+    const int bad = sp->ch.greedy ? sp->draft_pick == QRT_PICK_NONFINITE
+                                  : !qrt_all_finite(sp->draft_logits, (size_t)sp->s->m->cfg.vocab);
+    return bad ? qrt_fail_nonfinite(pos, " of the MTP head") : QRT_OK;
+}
+
 /* The main model's choice after requested row j: its greedy pick, or a draw from its logits. */
 static int32_t main_choice(qrt_spec *sp, int j) {
     return sp->ch.greedy ? sp->verify_picks[j]
@@ -79,6 +98,7 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
         int T = QRT_MIN(QRT_MAX_T, n - start), last = start + T == n;
         QRT_TRY(main_forward(sp, ids + start, T, NULL, last));
+        if (last) QRT_TRY(check_main(sp, 1, n - 1));
         if (last) *first = main_choice(sp, 0);
         /* the MTP pair at position t is (hidden of token t, token t+1) */
         for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
@@ -121,25 +141,30 @@ static int accept_sampled(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus)
     return K;
 }
 
-int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
+qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     qrt_session *s = sp->s;
     const size_t D = (size_t)s->m->cfg.hidden;
     const int32_t P = s->pos;
+    *n_out = 0;
     /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
     int K = QRT_MIN(sp->K, s->max_ctx - P - 1);
     if (K < 1) {
         main_forward(sp, &sp->next, 1, NULL, 1);
+        QRT_TRY(check_main(sp, 1, P));
         out[0] = sp->next = main_choice(sp, 0);
-        return 1;
+        *n_out = 1;
+        return QRT_OK;
     }
     int32_t toks[QRT_SPEC_MAX_K + 1];
     int32_t *d = toks + 1;
     toks[0] = sp->next;
     double t0 = qrt_now_ms();
+    QRT_TRY(check_draft(sp, P + 1));
     d[0] = draft(sp, 1, P + 1);
     for (int k = 2; k <= K; k++) {
         mtp_forward(sp, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, 1);
         sp->mtp_row = 0;
+        QRT_TRY(check_draft(sp, P + k));
         d[k - 1] = draft(sp, k, P + k);
     }
     double t1 = qrt_now_ms();
@@ -148,6 +173,7 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     qrt_session_begin_verify(s);
     main_forward(sp, toks, K + 1, rows, K + 1); /* arguments checked above: cannot fail */
     double t2 = qrt_now_ms();
+    QRT_TRY(check_main(sp, K + 1, P));
     int32_t bonus;
     int j = sp->ch.greedy ? accept_greedy(sp, d, K, &bonus) : accept_sampled(sp, d, K, &bonus);
     if (sp->opts->accept_hook) { /* simulated acceptance (benchmarks): accept the drafts as they are */
@@ -169,5 +195,6 @@ int qrt_spec_cycle(qrt_spec *sp, int32_t *out) {
     for (int i = 0; i < j; i++) st->accepted_at[i]++;
     st->chain_ms += (t1 - t0) + (qrt_now_ms() - t2);
     st->verify_ms += t2 - t1;
-    return j + 1;
+    *n_out = j + 1;
+    return QRT_OK;
 }

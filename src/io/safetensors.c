@@ -58,6 +58,12 @@ static qrt_status parse_entry(const char *path, const char *name, json_t *v, con
                         (unsigned long long)(count * esize));
     t->data = data + begin;
     t->nbytes = (uint64_t)(end - begin);
+    /* A misaligned data block misaligns every tensor: the fault is the header's length (the safetensors writer pads
+     * the header to a multiple of 8), not this tensor's offsets. */
+    if (((uintptr_t)data) % esize != 0)
+        return qrt_fail(QRT_ERR_FORMAT, "%s: malformed header: its length is not padded to a multiple of 8 bytes, so "
+                        "the data block after it is misaligned for %s tensors such as '%s'; re-save the file with "
+                        "the safetensors library", path, qrt_dtype_name(t->dtype), name);
     if (((uintptr_t)t->data) % esize != 0)
         return qrt_fail(QRT_ERR_FORMAT, "%s: tensor '%s' is not aligned to its %zu-byte elements; re-save the file "
                         "with the safetensors library", path, name, esize);
@@ -66,6 +72,63 @@ static qrt_status parse_entry(const char *path, const char *name, json_t *v, con
 
 static int cmp_tensor(const void *a, const void *b) {
     return strcmp(((const qrt_st_tensor *)a)->name, ((const qrt_st_tensor *)b)->name);
+}
+
+static int cmp_offset(const void *a, const void *b) {
+    const qrt_st_tensor *x = *(const qrt_st_tensor *const *)a, *y = *(const qrt_st_tensor *const *)b;
+    if (x->data != y->data) return x->data < y->data ? -1 : 1;
+    return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+/* The reference safetensors library (Metadata::validate and read_metadata) sorts the tensors by data_offsets and
+ * requires each to begin where the previous one ended, the first at 0, and the last to end exactly at the end of
+ * the file: no overlaps, no gaps, no trailing bytes. We require the same, so a file we load is one it loads too,
+ * and two tensors can never alias the same bytes. */
+static qrt_status check_coverage(const char *path, qrt_st_tensor *ts, int n, const uint8_t *data, uint64_t data_size) {
+    qrt_st_tensor **by_off = qrt_calloc((size_t)n + 1, sizeof *by_off);
+    if (!by_off) return qrt_fail(QRT_ERR_MEMORY, "out of memory checking %s", path);
+    for (int i = 0; i < n; i++) by_off[i] = &ts[i];
+    qsort(by_off, (size_t)n, sizeof *by_off, cmp_offset);
+    qrt_status st = QRT_OK;
+    uint64_t at = 0; /* end of the bytes covered so far */
+    const char *prev = NULL;
+    for (int i = 0; i < n && st == QRT_OK; i++) {
+        const qrt_st_tensor *t = by_off[i];
+        uint64_t begin = (uint64_t)(t->data - data);
+        if (begin < at)
+            st = qrt_fail(QRT_ERR_FORMAT, "%s: tensor '%s': data_offsets begin at %llu, inside tensor '%s' (which "
+                          "ends at %llu): tensors must not overlap; the header is corrupt", path, t->name,
+                          (unsigned long long)begin, prev, (unsigned long long)at);
+        else if (begin > at)
+            st = qrt_fail(QRT_ERR_FORMAT, "%s: tensor '%s': data_offsets begin at %llu, leaving bytes %llu..%llu "
+                          "that no tensor covers; the safetensors format requires contiguous data", path, t->name,
+                          (unsigned long long)begin, (unsigned long long)at, (unsigned long long)begin);
+        at = begin + t->nbytes;
+        prev = t->name;
+    }
+    if (st == QRT_OK && at != data_size)
+        st = qrt_fail(QRT_ERR_FORMAT, "%s: %llu bytes after the end of the last tensor's data (offset %llu%s%s) that "
+                      "no tensor covers; the safetensors format requires the data block to end where the last "
+                      "tensor does: the file has trailing garbage or the header is incomplete", path,
+                      (unsigned long long)(data_size - at), (unsigned long long)at, prev ? ", tensor " : "",
+                      prev ? prev : "");
+    free(by_off);
+    return st;
+}
+
+/* __metadata__ is a map of string to string in the format (the reference library refuses anything else). */
+static qrt_status check_metadata(const char *path, json_t *meta) {
+    if (json_is_null(meta)) return QRT_OK;
+    if (!json_is_object(meta))
+        return qrt_fail(QRT_ERR_FORMAT, "%s: '__metadata__' must be an object of string values", path);
+    const char *key;
+    json_t *v;
+    json_object_foreach(meta, key, v) {
+        if (!json_is_string(v))
+            return qrt_fail(QRT_ERR_FORMAT, "%s: '__metadata__' field '%s' is not a string (the format allows only "
+                            "string values); re-save the file with the safetensors library", path, key);
+    }
+    return QRT_OK;
 }
 
 qrt_status qrt_st_parse(const uint8_t *buf, size_t size, const char *path, qrt_st_tensor **out, int *n) {
@@ -96,13 +159,17 @@ qrt_status qrt_st_parse(const uint8_t *buf, size_t size, const char *path, qrt_s
     json_t *val;
     json_object_foreach(root, key, val) {
         if (st != QRT_OK) break;
-        if (strcmp(key, "__metadata__") == 0) continue;
+        if (strcmp(key, "__metadata__") == 0) {
+            st = check_metadata(path, val);
+            continue;
+        }
         qrt_st_tensor *t = &ts[count];
         st = parse_entry(path, key, val, data, data_size, t);
         if (st == QRT_OK && !(t->name = strdup(key))) st = qrt_fail(QRT_ERR_MEMORY, "out of memory");
         if (st == QRT_OK) count++;
     }
     json_decref(root);
+    if (st == QRT_OK) st = check_coverage(path, ts, count, data, data_size);
     if (st != QRT_OK) {
         qrt_st_free_tensors(ts, count);
         return st;

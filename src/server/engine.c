@@ -300,6 +300,7 @@ qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics) {
     snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
     qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device};
     if (qrt_tokenizer_load(path, &e->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &e->m) != QRT_OK ||
+        qrt_tokenizer_check_model(e->tok, e->m, o->model_dir) != QRT_OK ||
         qrt_reuse_init(&e->reuse, e->m, o->ctx, o->prefix_reuse) != QRT_OK) {
         fprintf(stderr, "qwenrt serve: %s\n", qrt_last_error());
         qrt_engine_free(e);

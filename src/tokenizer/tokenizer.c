@@ -297,6 +297,14 @@ void qrt_tokenizer_free(qrt_tokenizer *t) {
 
 int32_t qrt_tokenizer_vocab(const qrt_tokenizer *t) { return t->n_ids; }
 
+qrt_status qrt_tokenizer_check_model(const qrt_tokenizer *t, const qrt_model *m, const char *model_dir) {
+    const int32_t vocab_size = qrt_model_vocab(m);
+    if (t->n_ids <= vocab_size) return QRT_OK;
+    return qrt_fail(QRT_ERR_CONFIG, "%s: token id %d (the largest in model.vocab and added_tokens) is not below "
+                    "vocab_size %d of %s/config.json: the model has no logits row for it; the tokenizer belongs to "
+                    "another model", t->name, t->n_ids - 1, vocab_size, model_dir);
+}
+
 const uint8_t *qrt_tokenizer_token_bytes(const qrt_tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_ids || !t->tok_present[id]) return NULL;
     *len = t->tok_off[id + 1] - t->tok_off[id];
@@ -470,6 +478,10 @@ static qrt_status scan_ids(loader *L, json_t *vocab, json_t *added, int32_t *max
     const char *key;
     json_t *v;
     *max_id = -1;
+    /* added tokens alone are no vocabulary: every text byte would encode to nothing */
+    if (json_object_size(vocab) == 0)
+        return qrt_fail(QRT_ERR_FORMAT, "%s: field 'model.vocab' is empty; a byte-level BPE tokenizer needs its "
+                        "tokens: is this the model's own tokenizer.json?", L->name);
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
             return qrt_fail(QRT_ERR_FORMAT, "%s: field 'model.vocab[\"%.40s\"]' must be an integer id in [0, %d)",
@@ -487,8 +499,21 @@ static qrt_status scan_ids(loader *L, json_t *vocab, json_t *added, int32_t *max
                             "in [0, %d) and a non-empty string 'content'", L->name, i, 1 << 24);
         *max_id = QRT_MAX(*max_id, (int32_t)json_integer_value(id));
     }
-    if (*max_id < 0) return qrt_fail(QRT_ERR_FORMAT, "%s: field 'model.vocab' is empty", L->name);
     return QRT_OK;
+}
+
+/* Two strings for one id would make decoding depend on which the file lists last; name both. */
+static qrt_status duplicate_id(loader *L, json_t *vocab, const char *second, int32_t id) {
+    const char *key, *first = "?";
+    json_t *v;
+    json_object_foreach(vocab, key, v) {
+        if (json_integer_value(v) == id && strcmp(key, second) != 0) {
+            first = key;
+            break;
+        }
+    }
+    return qrt_fail(QRT_ERR_FORMAT, "%s: field 'model.vocab': tokens \"%.40s\" and \"%.40s\" both have id %d; each id "
+                    "must belong to one token (the file is corrupt or was edited by hand)", L->name, first, second, id);
 }
 
 /* Fill the per-id byte table and the vocab map. */
@@ -514,6 +539,10 @@ static qrt_status build_vocab(loader *L, json_t *vocab, json_t *added) {
     json_object_foreach(vocab, key, v) {
         int32_t id = (int32_t)json_integer_value(v);
         size_t n = strlen(key);
+        if (t->tok_present[id]) {
+            st = duplicate_id(L, vocab, key, id);
+            goto done;
+        }
         memcpy(t->arena + off, key, n);
         str_map_put(&t->vocab, t->arena, off, (uint32_t)n, id);
         off += (uint32_t)n;
@@ -683,7 +712,13 @@ static qrt_status load_json(loader *L, json_t *root) {
 qrt_status qrt_tokenizer_load_buffer(const char *json, size_t len, const char *name, qrt_tokenizer **out) {
     *out = NULL;
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
+    /* A token string listed twice in model.vocab (or any repeated key) is refused: which id it gets would depend
+     * on the parser, and jansson would keep the last one silently. */
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_duplicate_key)
+        return qrt_fail(QRT_ERR_FORMAT, "%s: a key appears twice in one object (a token string listed twice in "
+                        "model.vocab?): %s (line %d, column %d); each token must appear once", name, jerr.text,
+                        jerr.line, jerr.column);
     if (!root)
         return qrt_fail(QRT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, jerr.text, jerr.line,
                         jerr.column);

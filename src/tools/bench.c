@@ -174,7 +174,8 @@ static int load(bench *b, int gpu, double *build_s) {
         char path[4096];
         struct stat sb;
         snprintf(path, sizeof path, "%s/tokenizer.json", b->dir);
-        if (stat(path, &sb) == 0 && qrt_tokenizer_load(path, &b->tok) != QRT_OK) {
+        if (stat(path, &sb) == 0 &&
+            (qrt_tokenizer_load(path, &b->tok) != QRT_OK || qrt_tokenizer_check_model(b->tok, b->m, b->dir) != QRT_OK)) {
             fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
             return 0;
         }
@@ -473,26 +474,30 @@ static json_t *row_json(const bench *b, const row *w) {
     for (int i = 0; i < b->reps; i++) {
         const qrt_gen_stats *g = &w->reps[i].st;
         snprintf(hx, sizeof hx, "%016llx", (unsigned long long)w->reps[i].hash);
-        json_array_append_new(reps, json_pack("{s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:s}", "ttft_ms", g->prefill_ms,
-                                              "dec_ms", g->decode_ms, "tok_s", tok_s(g), "attempts",
-                                              (json_int_t)g->attempts, "accepts", (json_int_t)g->accepts, "chain_ms",
-                                              g->chain_ms, "verify_ms", g->verify_ms, "hash", hx));
+        json_array_append_new(reps, json_pack("{s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:s}", "ttft_ms",
+                                              qrt_json_real(g->prefill_ms), "dec_ms", qrt_json_real(g->decode_ms),
+                                              "tok_s", qrt_json_real(tok_s(g)), "attempts", (json_int_t)g->attempts,
+                                              "accepts", (json_int_t)g->accepts, "chain_ms", qrt_json_real(g->chain_ms),
+                                              "verify_ms", qrt_json_real(g->verify_ms), "hash", hx));
     }
     const qrt_gen_stats *g = &w->reps[0].st;
     json_t *at = json_array();
-    for (int k = 0; k < g->spec_k; k++) json_array_append_new(at, json_real(ratio((double)g->accepted_at[k], (double)g->attempts)));
+    for (int k = 0; k < g->spec_k; k++)
+        json_array_append_new(at, qrt_json_real(ratio((double)g->accepted_at[k], (double)g->attempts)));
     double al = ratio((double)g->accepts, (double)g->attempts);
     json_t *j = json_pack("{s:i, s:s, s:i, s:i, s:b, s:b, s:b, s:o}", "ctx", w->ctx, "prompt",
                           w->prompt_name ? w->prompt_name : b->prompt, "k", w->K, "n_new", g->n_new, "synthetic",
                           b->synthetic != NULL, "simulated_al", w->simulated, "hashes_identical", w->identical, "reps",
                           reps);
-    json_object_set_new(j, "median", json_pack("{s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
-                                               "ttft_ms", w->ttft, "dec_ms", w->dec, "tok_s", w->tps, "al", al,
-                                               "attempts", (json_int_t)g->attempts, "accepts", (json_int_t)g->accepts,
-                                               "tokens_per_cycle", w->K ? al + 1 : 1.0, "full_accept_rate",
-                                               ratio((double)g->full_accepts, (double)g->attempts),
-                                               "chain_ms_per_cycle", w->chain, "verify_ms_per_cycle", w->verify,
-                                               "cycle_ms", w->chain + w->verify, "accept_at", at));
+    json_object_set_new(
+        j, "median",
+        json_pack("{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "ttft_ms", qrt_json_real(w->ttft),
+                  "dec_ms", qrt_json_real(w->dec), "tok_s", qrt_json_real(w->tps), "al", qrt_json_real(al), "attempts",
+                  (json_int_t)g->attempts, "accepts", (json_int_t)g->accepts, "tokens_per_cycle",
+                  qrt_json_real(w->K ? al + 1 : 1.0), "full_accept_rate",
+                  qrt_json_real(ratio((double)g->full_accepts, (double)g->attempts)), "chain_ms_per_cycle",
+                  qrt_json_real(w->chain), "verify_ms_per_cycle", qrt_json_real(w->verify), "cycle_ms",
+                  qrt_json_real(w->chain + w->verify), "accept_at", at));
     json_object_set_new(j, "graphs", json_pack("{s:i, s:i, s:I, s:I, s:I}", "after_warmup", w->g_warm.graphs,
                                                "after_reps", w->g_warm.graphs + w->g_reps.graphs, "records_in_reps",
                                                (json_int_t)w->g_reps.records, "replays_in_reps",
@@ -503,13 +508,16 @@ static json_t *row_json(const bench *b, const row *w) {
         double total = 0;
         for (int c = 0; c < QRT_OPCAT_COUNT; c++) total += w->prof.ms[c];
         for (int c = 0; c < QRT_OPCAT_COUNT; c++)
-            json_array_append_new(cats, json_pack("{s:s, s:f, s:f, s:I, s:I, s:f}", "name", qrt_opcat_name(c), "ms",
-                                                  w->prof.ms[c], "pct", 100 * ratio(w->prof.ms[c], total), "calls",
-                                                  (json_int_t)w->prof.calls[c], "bytes", (json_int_t)w->prof.bytes[c],
-                                                  "gbs", w->prof.bytes[c] ? w->prof.bytes[c] / (w->prof.ms[c] * 1e-3) / 1e9 : 0.0));
-        json_object_set_new(j, "breakdown", json_pack("{s:s, s:f, s:f, s:o}", "timer",
-                                                      strcmp(b->real_be->name, "cuda") ? "host" : "cuda_events",
-                                                      "window_ms", w->window_ms, "kernel_ms", total, "categories", cats));
+            json_array_append_new(
+                cats,
+                json_pack("{s:s, s:o, s:o, s:I, s:I, s:o}", "name", qrt_opcat_name(c), "ms",
+                          qrt_json_real(w->prof.ms[c]), "pct", qrt_json_real(100 * ratio(w->prof.ms[c], total)),
+                          "calls", (json_int_t)w->prof.calls[c], "bytes", (json_int_t)w->prof.bytes[c], "gbs",
+                          qrt_json_real(w->prof.bytes[c] ? w->prof.bytes[c] / (w->prof.ms[c] * 1e-3) / 1e9 : 0.0)));
+        json_object_set_new(
+            j, "breakdown",
+            json_pack("{s:s, s:o, s:o, s:o}", "timer", strcmp(b->real_be->name, "cuda") ? "host" : "cuda_events",
+                      "window_ms", qrt_json_real(w->window_ms), "kernel_ms", qrt_json_real(total), "categories", cats));
     }
     return j;
 }
@@ -627,15 +635,16 @@ static int run(bench *b) {
     int all_identical = 1;
     for (int i = 0; i < n_rows; i++) all_identical &= rows[i].identical;
     if (ok && b->json_path) {
-        json_t *model = json_pack("{s:s, s:s, s:s, s:b, s:f, s:I, s:I}", "source", b->synthetic ? "synthetic" : "checkpoint",
-                                  "name", b->synthetic ? b->synthetic : b->dir, "format", format_label(b->m), "mtp",
-                                  b->m->mtp.present, "build_s", build_s, "weight_bytes_per_token",
-                                  (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
-        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o}",
-                              "tool", "bench", "schema_version", 1, "date", date, "backend", b->real_be->name,
-                              "device", qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps",
-                              b->reps, "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
-                              simulated ? json_real(b->sim_al) : json_null(), "kv", kv_words[b->kv], "rows", jrows,
+        json_t *model =
+            json_pack("{s:s, s:s, s:s, s:b, s:o, s:I, s:I}", "source", b->synthetic ? "synthetic" : "checkpoint",
+                      "name", b->synthetic ? b->synthetic : b->dir, "format", format_label(b->m), "mtp",
+                      b->m->mtp.present, "build_s", qrt_json_real(build_s), "weight_bytes_per_token",
+                      (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
+        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o}", "tool",
+                              "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
+                              qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps", b->reps,
+                              "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
+                              simulated ? qrt_json_real(b->sim_al) : json_null(), "kv", kv_words[b->kv], "rows", jrows,
                               "parity", jparity);
         ok = qrt_write_json(j, b->json_path) == 0;
         json_decref(j);

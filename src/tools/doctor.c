@@ -149,9 +149,10 @@ int qrt_tool_doctor(int argc, char **argv) {
                               qrt_membw_json(&r, &d), "verdict", verdict, "under_load", "sm_mhz_min", (int)min_sm,
                               "mem_mhz_min", (int)min_mem);
         if (fp4_ms > 0)
-            json_object_set_new(j, "nvfp4_lm_head", json_pack("{s:s, s:f, s:f, s:f}", "variant", fp4_variant, "ms",
-                                                              fp4_ms, "gbs", fp4_gbs, "pct_of_read",
-                                                              100 * fp4_gbs / p->read_gbs));
+            json_object_set_new(j, "nvfp4_lm_head",
+                                json_pack("{s:s, s:o, s:o, s:o}", "variant", fp4_variant, "ms", qrt_json_real(fp4_ms),
+                                          "gbs", qrt_json_real(fp4_gbs), "pct_of_read",
+                                          qrt_json_real(100 * fp4_gbs / p->read_gbs)));
         rc = qrt_write_json(j, json_path);
         json_decref(j);
     }

@@ -1,6 +1,7 @@
 /* `qwenrt inspect DIR`: the config as qwenrt understood it, every tensor (dtype, shape, bytes), and the
  * bytes read per decoded token. Lists the tensors even when the model itself fails to load, so it is the
- * first thing to run on a checkpoint that will not load. */
+ * first thing to run on a checkpoint that will not load. `qwenrt inspect --check DIR` scans every value of
+ * every float tensor for NaN and Inf instead (what to run when generation reports non-finite logits). */
 #include <string.h>
 
 #include "model/model.h"
@@ -49,6 +50,86 @@ static void print_linear_formats(const qrt_model *m, FILE *out) {
     for (int f = 0; f < QRT_WF_COUNT; f++)
         if (count[f]) fprintf(out, "  %-13s %4d layer linears, %14llu bytes\n", qrt_wformat_name((qrt_wformat)f), count[f],
                               (unsigned long long)bytes[f]);
+}
+
+/* Elements of t that are NaN or ±Inf (exponent all ones; e4m3fn has no infinities and 0x7f/0xff are its NaNs). Integer
+ * dtypes and U8 (NVFP4's e2m1 codes, which have no NaN) hold none; NVFP4 block scales are F8_E4M3 and are scanned.
+ * *first gets the first bad element's index. */
+static uint64_t count_nonfinite(const qrt_st_tensor *t, uint64_t *first) {
+    const uint64_t n = t->nbytes / qrt_dtype_size(t->dtype);
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int nf = 0;
+        switch (t->dtype) {
+        case QRT_DT_F64: {
+            uint64_t u;
+            memcpy(&u, t->data + 8 * i, 8);
+            nf = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+            break;
+        }
+        case QRT_DT_F32: {
+            uint32_t u;
+            memcpy(&u, t->data + 4 * i, 4);
+            nf = (u & 0x7f800000u) == 0x7f800000u;
+            break;
+        }
+        case QRT_DT_F16:
+        case QRT_DT_BF16: {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            const uint16_t exp = t->dtype == QRT_DT_F16 ? 0x7c00 : 0x7f80;
+            nf = (h & exp) == exp;
+            break;
+        }
+        case QRT_DT_F8_E4M3: nf = (t->data[i] & 0x7f) == 0x7f; break;
+        default: return 0;
+        }
+        if (nf && !bad++) *first = i;
+    }
+    return bad;
+}
+
+int qrt_tool_inspect_check(const char *dir, FILE *out) {
+    qrt_st_set st;
+    if (qrt_st_open_dir(&st, dir) != QRT_OK) {
+        fprintf(stderr, "qwenrt inspect: %s\n", qrt_last_error());
+        return 1;
+    }
+    /* an MTP sidecar in the folder is not part of the checkpoint's own files, but generation reads it too */
+    char mtp[4096];
+    snprintf(mtp, sizeof mtp, "%s/mtp.safetensors", dir);
+    FILE *probe = fopen(mtp, "rb");
+    if (probe) fclose(probe);
+    if (probe && qrt_st_add_file(&st, mtp) != QRT_OK) {
+        fprintf(stderr, "qwenrt inspect: %s\n", qrt_last_error());
+        qrt_st_close(&st);
+        return 1;
+    }
+    int n_bad = 0;
+    const qrt_st_tensor *first_bad = NULL;
+    uint64_t first_count = 0;
+    for (int i = 0; i < st.n_tensors; i++) {
+        const qrt_st_tensor *t = &st.tensors[i];
+        uint64_t first = 0, bad = count_nonfinite(t, &first);
+        if (!bad) continue;
+        if (!n_bad++) {
+            fprintf(out, "non-finite values (NaN or Inf):\n");
+            first_bad = t, first_count = bad;
+        }
+        fprintf(out, "  %s (%s, %s): %llu of %llu values, the first at element %llu\n", t->name,
+                qrt_dtype_name(t->dtype), st.files[t->file].path, (unsigned long long)bad,
+                (unsigned long long)(t->nbytes / qrt_dtype_size(t->dtype)), (unsigned long long)first);
+    }
+    if (n_bad) /* the verdict is an error: on stderr, like every failing command's */
+        fprintf(stderr, "qwenrt inspect: %d of %d tensors hold NaN or Inf, the first %s (%s, %llu non-finite of %llu "
+                "values): the checkpoint is corrupt; re-download it, or re-run the conversion that wrote it\n", n_bad,
+                st.n_tensors, first_bad->name, qrt_dtype_name(first_bad->dtype), (unsigned long long)first_count,
+                (unsigned long long)(first_bad->nbytes / qrt_dtype_size(first_bad->dtype)));
+    else
+        fprintf(out, "no NaN or Inf in the %d tensors of %d file%s\n", st.n_tensors, st.n_files,
+                st.n_files == 1 ? "" : "s");
+    qrt_st_close(&st);
+    return n_bad ? 1 : 0;
 }
 
 int qrt_tool_inspect(const char *dir, int json, FILE *out) {

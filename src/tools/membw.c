@@ -8,6 +8,7 @@
 #include "tools/membw.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,30 +247,35 @@ json_t *qrt_membw_json(const qrt_membw_result *r, const qrt_devinfo *d) {
     json_t *pts = json_array(), *sam = json_array();
     for (int i = 0; i < r->n_points; i++) {
         const qrt_bw_point *p = &r->points[i];
-        json_array_append_new(pts, json_pack("{s:I, s:f, s:f, s:f}", "bytes", (json_int_t)p->bytes, "copy_gbs",
-                                             p->copy_gbs, "read_gbs", p->read_gbs, "write_gbs", p->write_gbs));
+        json_array_append_new(pts, json_pack("{s:I, s:o, s:o, s:o}", "bytes", (json_int_t)p->bytes, "copy_gbs",
+                                             qrt_json_real(p->copy_gbs), "read_gbs", qrt_json_real(p->read_gbs),
+                                             "write_gbs", qrt_json_real(p->write_gbs)));
     }
     for (int i = 0; i < r->n_samples; i++) {
         const qrt_bw_sample *s = &r->samples[i];
-        json_array_append_new(sam, json_pack("{s:f, s:f, s:i, s:i, s:i, s:f}", "t_s", s->t_s, "read_gbs", s->gbs,
-                                             "sm_mhz", (int)s->sm_mhz, "mem_mhz", (int)s->mem_mhz, "temp_c", s->temp_c,
-                                             "power_w", s->power_w));
+        json_array_append_new(sam,
+                              json_pack("{s:o, s:o, s:i, s:i, s:i, s:o}", "t_s", qrt_json_real(s->t_s), "read_gbs",
+                                        qrt_json_real(s->gbs), "sm_mhz", (int)s->sm_mhz, "mem_mhz", (int)s->mem_mhz,
+                                        "temp_c", s->temp_c, "power_w", qrt_json_real(s->power_w)));
     }
-    return json_pack("{s:s, s:f, s:o, s:{s:I, s:o, s:f, s:f, s:f, s:f, s:f}}", "where", r->gpu ? "gpu" : "cpu",
-                     "spec_gbs", r->gpu ? d->spec_bw_gbs : 0.0, "sizes", pts, "sustained", "bytes",
-                     (json_int_t)r->sustain_bytes, "samples", sam, "min_gbs", r->sus_min, "mean_gbs", r->sus_mean,
-                     "max_gbs", r->sus_max, "first_gbs", r->sus_first, "last_gbs", r->sus_last);
+    return json_pack("{s:s, s:o, s:o, s:{s:I, s:o, s:o, s:o, s:o, s:o, s:o}}", "where", r->gpu ? "gpu" : "cpu",
+                     "spec_gbs", qrt_json_real(r->gpu ? d->spec_bw_gbs : 0.0), "sizes", pts, "sustained", "bytes",
+                     (json_int_t)r->sustain_bytes, "samples", sam, "min_gbs", qrt_json_real(r->sus_min), "mean_gbs",
+                     qrt_json_real(r->sus_mean), "max_gbs", qrt_json_real(r->sus_max), "first_gbs",
+                     qrt_json_real(r->sus_first), "last_gbs", qrt_json_real(r->sus_last));
 }
 
 json_t *qrt_devinfo_json(const qrt_devinfo *d) {
     char thr[256];
     qrt_devinfo_throttle_str(d->throttle, thr, sizeof thr);
-    json_t *cpu = json_pack("{s:s, s:i, s:f}", "name", d->cpu_name, "cores", d->cpu_cores, "mem_gb", d->host_mem_gb);
+    json_t *cpu = json_pack("{s:s, s:i, s:o}", "name", d->cpu_name, "cores", d->cpu_cores, "mem_gb",
+                            qrt_json_real(d->host_mem_gb));
     if (!d->gpu) return json_pack("{s:s, s:o}", "kind", "cpu", "cpu", cpu);
-    json_t *g = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:s, s:s, s:s, s:b, s:f}", "kind", "gpu", "name", d->name,
-                          "sms", d->sms, "mem_gb", d->mem_gb, "mem_free_gb", d->mem_free_gb, "l2_mb", d->l2_mb,
-                          "compute_capability", "", "driver", d->nvml_driver, "pci_bus_id", d->pci_bus_id, "nvml",
-                          d->have_nvml, "spec_bw_gbs", d->spec_bw_gbs);
+    json_t *g =
+        json_pack("{s:s, s:s, s:i, s:o, s:o, s:o, s:s, s:s, s:s, s:b, s:o}", "kind", "gpu", "name", d->name, "sms",
+                  d->sms, "mem_gb", qrt_json_real(d->mem_gb), "mem_free_gb", qrt_json_real(d->mem_free_gb), "l2_mb",
+                  qrt_json_real(d->l2_mb), "compute_capability", "", "driver", d->nvml_driver, "pci_bus_id",
+                  d->pci_bus_id, "nvml", d->have_nvml, "spec_bw_gbs", qrt_json_real(d->spec_bw_gbs));
     char cc[16], ver[32];
     snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
     json_object_set_new(g, "compute_capability", json_string(cc));
@@ -282,12 +288,14 @@ json_t *qrt_devinfo_json(const qrt_devinfo *d) {
                                                "mem_mhz", (int)d->mem_mhz, "mem_max_mhz",
                                                d->have_nvml ? (int)d->mem_max_mhz : d->mem_clock_mhz_cuda,
                                                "pstate", d->pstate, "temp_c", d->temp_c));
-    json_object_set_new(g, "power_w", json_real(d->power_w));
-    json_object_set_new(g, "power_limit_w", json_real(d->power_limit_w));
+    json_object_set_new(g, "power_w", qrt_json_real(d->power_w));
+    json_object_set_new(g, "power_limit_w", qrt_json_real(d->power_limit_w));
     json_object_set_new(g, "throttle", json_string(thr));
     json_object_set_new(g, "cpu", cpu);
     return g;
 }
+
+json_t *qrt_json_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 int qrt_write_json(json_t *j, const char *path) {
     int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -47,6 +47,9 @@ int qrt_membw_read(int gpu, size_t bytes, double *gbs);
 json_t *qrt_membw_json(const qrt_membw_result *r, const qrt_devinfo *d);
 json_t *qrt_devinfo_json(const qrt_devinfo *d);
 int qrt_write_json(json_t *j, const char *path);
+/* A JSON number, or null for NaN or Inf: json_real refuses those (NULL), and one NULL in a json_pack loses the
+ * whole object, so every float a tool writes goes through this. */
+json_t *qrt_json_real(double v);
 /* --device auto|cpu|cuda → 1 to use the GPU, 0 the CPU, -1 after a message (asked for cuda, none there). */
 int qrt_tool_pick_gpu(const char *tool, const char *device);
 

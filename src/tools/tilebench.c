@@ -466,11 +466,12 @@ static void record(tilebench *b, const tb_shape *s, const char *fmt, const char 
     const double gflops = 2.0 * (double)s->n * (double)s->k * T / (ms * 1e-3) / 1e9;
     printf("%-12s %-6s %4d %-14s %10.4f %8.2f %6.1f%% %9.1f %4d%s\n", shape_words[s->id], fmt, T, kernel, ms, gbs, pct,
            gflops, reps, picked ? "  pick" : "");
-    json_array_append_new(b->results, json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:I, s:i, s:i, s:b}", "shape",
-                                                shape_words[s->id], "format", fmt, "kernel", kernel, "m", T, "ms", ms,
-                                                "gbs", gbs, "pct_of_read", pct, "gflops", gflops, "weight_bytes",
-                                                (json_int_t)W->bytes, "copies", W->copies, "reps", reps, "picked",
-                                                picked));
+    json_array_append_new(b->results,
+                          json_pack("{s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:i, s:i, s:b}", "shape",
+                                    shape_words[s->id], "format", fmt, "kernel", kernel, "m", T, "ms",
+                                    qrt_json_real(ms), "gbs", qrt_json_real(gbs), "pct_of_read", qrt_json_real(pct),
+                                    "gflops", qrt_json_real(gflops), "weight_bytes", (json_int_t)W->bytes, "copies",
+                                    W->copies, "reps", reps, "picked", picked));
 }
 
 /* Activations x [maxT][K] (random in [-1, 1)) and outputs y [maxT][N] in backend memory. */
@@ -649,14 +650,15 @@ static int write_json(const tilebench *b, const qrt_devinfo *d, const char *date
     json_t *ms = json_array(), *fmts = json_array();
     for (int i = 0; i < b->n_m; i++) json_array_append_new(ms, json_integer(b->m[i]));
     for (int i = 0; i < b->n_fmt; i++) json_array_append_new(fmts, json_string(format_words[b->fmt[i]]));
-    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:s, s:s}, s:{s:o, s:o, s:i, s:i, s:s, s:f, s:I}, s:f, s:o, s:O, "
-                          "s:O, s:f, s:f}", "tool", "tilebench", "schema_version", 1, "date", date, "backend",
-                          b->be->name, "device", qrt_devinfo_json(d), "model", "source", b->dir ? "config" : "preset",
-                          "name", b->dir ? b->dir : b->preset, "settings", "m", ms, "formats", fmts, "reps", b->reps,
-                          "warmups", b->warmups, "timing", b->gpu && !b->launch_timing ? "graph" : "launch",
-                          "cell_ms", b->cell_ms, "cache_bytes", (json_int_t)b->cache_bytes,
-                          "read_gbs", b->peak_gbs, "shapes", shapes_json(b), "results", b->results, "skipped",
-                          b->skipped, "estimate_s", est, "elapsed_s", elapsed);
+    json_t *j = json_pack(
+        "{s:s, s:i, s:s, s:s, s:o, s:{s:s, s:s}, s:{s:o, s:o, s:i, s:i, s:s, s:o, s:I}, s:o, s:o, s:O, "
+        "s:O, s:o, s:o}",
+        "tool", "tilebench", "schema_version", 1, "date", date, "backend", b->be->name, "device", qrt_devinfo_json(d),
+        "model", "source", b->dir ? "config" : "preset", "name", b->dir ? b->dir : b->preset, "settings", "m", ms,
+        "formats", fmts, "reps", b->reps, "warmups", b->warmups, "timing",
+        b->gpu && !b->launch_timing ? "graph" : "launch", "cell_ms", qrt_json_real(b->cell_ms), "cache_bytes",
+        (json_int_t)b->cache_bytes, "read_gbs", qrt_json_real(b->peak_gbs), "shapes", shapes_json(b), "results",
+        b->results, "skipped", b->skipped, "estimate_s", qrt_json_real(est), "elapsed_s", qrt_json_real(elapsed));
     int rc = qrt_write_json(j, b->json_path);
     json_decref(j);
     return rc;

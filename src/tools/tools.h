@@ -7,6 +7,8 @@
 #include "qwenrt.h"
 
 int qrt_tool_inspect(const char *dir, int json, FILE *out);
+/* Scan every tensor for NaN/Inf; report each bad one (name, count) on out; 1 when any, 0 when none. */
+int qrt_tool_inspect_check(const char *dir, FILE *out);
 /* qwenrt quantize / synth: argv holds the arguments after the subcommand name. */
 int qrt_tool_quantize(int argc, char **argv);
 int qrt_tool_synth(int argc, char **argv);

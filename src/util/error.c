@@ -18,6 +18,7 @@ const char *qrt_status_str(qrt_status st) {
     case QRT_ERR_MEMORY: return "out of memory";
     case QRT_ERR_CONTEXT: return "context full";
     case QRT_ERR_UNSUPPORTED: return "unsupported";
+    case QRT_ERR_NONFINITE: return "non-finite values";
     }
     return "unknown status";
 }

@@ -413,7 +413,10 @@ static void cpu_add(float *y, const float *x, size_t n) {
 }
 
 static void cpu_argmax(const float *x, int rows, int n, int32_t *out) {
-    for (int r = 0; r < rows; r++) out[r] = qrt_argmax(x + (size_t)r * n, n);
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * n;
+        out[r] = qrt_all_finite(row, (size_t)n) ? qrt_argmax(row, n) : QRT_PICK_NONFINITE;
+    }
 }
 
 /* Literally add then rmsnorm: the reference the fused GPU kernel must reproduce. */

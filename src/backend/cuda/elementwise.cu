@@ -5,9 +5,10 @@
  *   2  fill_bytes / fill_f32   hash-based pseudo-random fills (never zeros in f32: uniform in [lo, hi))
  *   3  read_probe          16-byte loads over a buffer, the measured read bandwidth
  *   4  argmax_partial / argmax_final   128 blocks of 256 threads per row each reduce a strided share of it to
- *                          (largest value, its first index), NaN skipped; one warp per row folds the 128 (the order
- *                          does not matter: the choice is a total order) and applies qrt_argmax's rule for a row
- *                          starting with NaN. Two launches, so a 248K-float vocabulary row streams from 128 SMs. */
+ *                          (largest value, its first index) and whether it saw a NaN or an infinity; one warp per
+ *                          row folds the 128 (the order does not matter: the choice is a total order) and gives -1
+ *                          (QRT_PICK_NONFINITE) for a row with a non-finite value. Two launches, so a 248K-float
+ *                          vocabulary row streams from 128 SMs. */
 #include <limits.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -69,6 +70,7 @@ void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
 
 __device__ float argmax_part_v[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS];
 __device__ int argmax_part_i[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS];
+__device__ int argmax_part_bad[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS]; /* the block saw a NaN or an infinity */
 
 /* (v, i) beats (bv, bi): larger, or as large at a smaller index. A NaN v never beats anything. */
 __device__ __forceinline__ void argmax_take(float v, int i, float &bv, int &bi) {
@@ -90,14 +92,19 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
     const float *row = x + (size_t)blockIdx.y * n;
     float bv = -INFINITY;
     int bi = INT_MAX; /* "nothing yet": a real -inf at any index beats it */
+    int bad = 0;
     /* unrolled so that 8 loads are in flight at once (one per iteration waited out a round trip each: ncu, H200,
      * a 248320-float row: 13.9 µs); the choice is a total order, so the visiting order changes nothing */
 #pragma unroll 8
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) argmax_take(row[i], i, bv, bi);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float v = row[i];
+        bad |= !isfinite(v);
+        argmax_take(v, i, bv, bi);
+    }
     argmax_warp(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) wv[warp] = bv, wi[warp] = bi;
-    __syncthreads();
+    bad = __syncthreads_or(bad);
     if (warp) return;
     bv = lane < 8 ? wv[lane] : -INFINITY;
     bi = lane < 8 ? wi[lane] : INT_MAX;
@@ -105,6 +112,7 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
     if (lane == 0) {
         argmax_part_v[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = bv;
         argmax_part_i[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = bi;
+        argmax_part_bad[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = bad;
     }
 }
 
@@ -112,14 +120,18 @@ __global__ void __launch_bounds__(32) argmax_final(const float *x /* [rows][n] *
     pdl_start();
     const int r = blockIdx.x, lane = threadIdx.x;
     float bv = -INFINITY;
-    int bi = INT_MAX;
+    int bi = INT_MAX, bad = 0;
+    (void)x;
 #pragma unroll
-    for (int j = 0; j < ARGMAX_BLOCKS / 32; j++)
+    for (int j = 0; j < ARGMAX_BLOCKS / 32; j++) {
         argmax_take(argmax_part_v[r * ARGMAX_BLOCKS + j * 32 + lane], argmax_part_i[r * ARGMAX_BLOCKS + j * 32 + lane],
                     bv, bi);
+        bad |= argmax_part_bad[r * ARGMAX_BLOCKS + j * 32 + lane];
+    }
     argmax_warp(bv, bi);
-    /* a row of all NaN found nothing; one starting with NaN is 0 in qrt_argmax's scan either way */
-    if (lane == 0) out[r] = isnan(x[(size_t)r * n]) || bi == INT_MAX ? 0 : bi;
+    bad = __any_sync(0xffffffffu, bad);
+    /* a NaN or an infinity anywhere: QRT_PICK_NONFINITE, as the CPU's argmax gives; the row's choice would be noise */
+    if (lane == 0) out[r] = bad ? -1 : bi;
 }
 
 void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out) {
