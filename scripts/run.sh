@@ -7,7 +7,8 @@
 #   scripts/run.sh [-m DIR [--mtp DIR]] [--ctx 128,2048] [-K 0,6] [--sim-al 3.86] [--parity] [--json FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# AUTO: the CUDA backend when nvcc is found (named explicitly: scripts/test.sh configures this tree with OFF)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=AUTO >/dev/null
 cmake --build build -j"$(nproc)" --target qwenrt_cli
 args=("$@")
 # the built-in default: a short run of the synthetic model, with simulated acceptance for the K=6 row

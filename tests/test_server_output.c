@@ -52,6 +52,34 @@ static void test_stops(void) {
     qrt_output_free(&o);
 }
 
+static int to_buf(void *b, const char *s, size_t n) { return qrt_buf_add(b, s, n); }
+
+/* The stop stage alone (generate --stop): text before the stop passes unchanged, newlines and <think> included. */
+static void test_stop_filter(void) {
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        const char *stops[] = {"<|x|>", "END"};
+        const char *text = "\n\n<think>a EN b<|x| c<|x|> never";
+        qrt_stop_filter f;
+        qrt_buf got = {0};
+        CHECK(qrt_stop_init(&f, stops, 2), "init");
+        size_t n = strlen(text);
+        if (bytewise)
+            for (size_t i = 0; i < n && !f.stopped; i++) qrt_stop_push(&f, text + i, 1, to_buf, &got);
+        else
+            qrt_stop_push(&f, text, n, to_buf, &got);
+        qrt_stop_finish(&f, to_buf, &got);
+        CHECK(f.stopped && !strcmp(str(&got), "\n\n<think>a EN b<|x| c"), "stop filter gave '%s'", str(&got));
+        qrt_stop_free(&f), qrt_buf_free(&got);
+
+        CHECK(qrt_stop_init(&f, stops, 2), "init");
+        qrt_stop_push(&f, "tail EN", 7, to_buf, &got);
+        CHECK(got.n == 5, "'EN' held back, %zu bytes out", got.n);
+        qrt_stop_finish(&f, to_buf, &got);
+        CHECK(!f.stopped && !strcmp(str(&got), "tail EN"), "held tail released at the end: '%s'", str(&got));
+        qrt_stop_free(&f), qrt_buf_free(&got);
+    }
+}
+
 static void test_reasoning(void) {
     for (int bytewise = 0; bytewise < 2; bytewise++) {
         qrt_output o;
@@ -163,6 +191,7 @@ static void test_requests(void) {
 
 int main(void) {
     test_stops();
+    test_stop_filter();
     test_reasoning();
     test_tool_calls();
     test_requests();

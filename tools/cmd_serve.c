@@ -15,34 +15,48 @@
 
 static const char *usage_serve =
     "usage: qwenrt serve -m DIR [--mtp DIR] [--host 127.0.0.1] [--port 8080] [--queue N] [--max-body BYTES]\n"
-    "                    [--ctx N] [--spec-k K] [--no-prefix-reuse] [--template qwen3.5|qwen3.6] [--threads N]\n"
-    "                    [--device auto|cpu|cuda]\n"
+    "                    [-c|--ctx N] [--spec-k K] [--no-prefix-reuse] [--template qwen3.5|qwen3.6]\n"
+    "                    [-t|--threads N] [--device auto|cpu|cuda]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streamed with\n"
     "\"stream\": true), GET /v1/models, /health, /metrics (Prometheus). One generation runs at a time; up to\n"
     "--queue requests (default 16) wait, more get 503. DIR holds the checkpoint and tokenizer.json.\n"
+    "  --host HOST         the address to listen on: an IPv4 or IPv6 address (::1, [::1], :: for every\n"
+    "                      interface) or a host name such as localhost (default 127.0.0.1)\n"
     "  --port 0            any free port (the chosen one is printed)\n"
     "  --max-body BYTES    larger request bodies get 413 (default 8 MiB)\n"
-    "  --ctx N             the session's context in tokens (default 8192)\n"
+    "  -c N                the session's context in tokens (default 8192; also --ctx, --ctx-size)\n"
+    "  -t N                CPU threads (default: every core; also --threads)\n"
     "  --spec-k K          MTP drafts per cycle for requests that start from an empty session (default: 6 with\n"
     "                      an MTP head); a request that continues the previous one decodes without speculation\n"
     "  --no-prefix-reuse   prefill every prompt in full (by default a prompt that extends the previous\n"
     "                      request's tokens continues from its state)\n"
     "  --template          chat template dialect (default qwen3.6; see src/tokenizer/chat.h)\n"
+    "Requests choose their own sampling and stop strings (the OpenAI fields temperature, top_p, stop, ...).\n"
     "Stop with SIGINT or SIGTERM.\n";
 
 static const char *usage_chat =
     "usage: qwenrt chat -m DIR [--mtp DIR] [--system TEXT] [--no-think] [--hide-thinking] [-n MAX] [--spec-k K]\n"
-    "                   [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ctx N] [--threads N]\n"
-    "                   [--device auto|cpu|cuda]\n"
+    "                   [--stop STR]... [--temperature T] [--top-p P] [--top-k K] [--seed S] [-c|--ctx N]\n"
+    "                   [-t|--threads N] [--device auto|cpu|cuda]\n"
     "\n"
     "An interactive chat in the terminal; the answer streams as it is generated, the model's thinking dimmed\n"
     "(or not shown with --hide-thinking). Commands: /reset starts a new conversation, /exit (or Ctrl-D) quits.\n"
     "Past reasoning stays in the conversation (Qwen3.6 preserve_thinking), so each turn continues from the\n"
-    "previous one's state instead of prefilling the whole conversation again.\n";
+    "previous one's state instead of prefilling the whole conversation again.\n"
+    "  -n MAX           at most MAX tokens per answer (default 4096)\n"
+    "  --stop STR       end an answer when its text contains STR (not shown); repeatable, up to 16\n"
+    "  --temperature T  sampling temperature (default 0.7; 0 is greedy), --top-p (0.95), --top-k (20)\n"
+    "  --seed S         the sampler's seed (0..4294967295); without it a random seed is drawn and printed\n"
+    "                   on stderr (\"seed: S\"), so the chat can be repeated\n"
+    "  -c N             the conversation's context in tokens (default 8192; also --ctx, --ctx-size)\n"
+    "  -t N             CPU threads (default: every core; also --threads)\n"
+    "A prompt longer than 512 tokens shows a prefill line on stderr while it runs, when stderr is a terminal.\n";
 
 typedef struct {
     const char *model, *mtp, *host, *system;
+    const char *stops[QRT_MAX_STOPS];
+    int n_stops, seed_given;
     int port, queue, threads, device, ctx, spec_k, no_reuse, no_think, hide_thinking, help, n;
     size_t max_body;
     qrt_chat_dialect dialect;
@@ -53,7 +67,7 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
     a->host = "127.0.0.1", a->port = 8080, a->queue = 16, a->max_body = 8u << 20, a->ctx = 8192;
     a->spec_k = QRT_SPEC_DEFAULT, a->dialect = QRT_CHAT_QWEN36, a->n = 4096;
-    a->sampling.temperature = 0.7f, a->sampling.top_p = 0.95f, a->sampling.top_k = 20, a->sampling.seed = (uint64_t)getpid();
+    a->sampling.temperature = 0.7f, a->sampling.top_p = 0.95f, a->sampling.top_k = 20;
     int chat = !strcmp(cmd, "chat");
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -67,6 +81,11 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
         else if (!strcmp(f, "--mtp")) a->mtp = v, i++;
         else if (!chat && !strcmp(f, "--host")) a->host = v, i++;
         else if (chat && !strcmp(f, "--system")) a->system = v, i++;
+        else if (chat && !strcmp(f, "--stop")) {
+            if (a->n_stops == QRT_MAX_STOPS)
+                return fprintf(stderr, "qwenrt %s: at most %d --stop strings\n", cmd, QRT_MAX_STOPS), 0;
+            a->stops[a->n_stops++] = v, i++;
+        }
         else if (!strcmp(f, "--device")) {
             if (!strcmp(v, "auto")) a->device = QRT_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) a->device = QRT_DEVICE_CPU;
@@ -85,11 +104,14 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
                 {"-n", 1, 1 << 24, 0, 1}, {"--temperature", 0, 100, 0, 1}, {"--top-p", 0, 1, 0, 1},
                 {"--top-k", 0, 1 << 22, 0, 1}, {"--seed", 0, 4294967295.0, 0, 1},
             };
+            /* llama.cpp's spellings of the same options */
+            const char *name = !strcmp(f, "-c") || !strcmp(f, "--ctx-size") ? "--ctx" : !strcmp(f, "-t") ? "--threads" : f;
             int k = -1;
             for (int j = 0; j < (int)(sizeof nums / sizeof nums[0]); j++)
-                if (!strcmp(f, nums[j].flag) && !(chat && nums[j].server_only) && !(!chat && nums[j].chat_only)) k = j;
+                if (!strcmp(name, nums[j].flag) && !(chat && nums[j].server_only) && !(!chat && nums[j].chat_only)) k = j;
             if (k < 0) return fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd), 0;
-            if (!qrt_tool_number(cmd, f, v, nums[k].lo, nums[k].hi, &x)) return 0;
+            int real = k == 7 || k == 8; /* --temperature, --top-p; the others are counts */
+            if (!(real ? qrt_tool_number : qrt_tool_whole)(cmd, f, v, nums[k].lo, nums[k].hi, &x)) return 0;
             switch (k) {
             case 0: a->port = (int)x; break;
             case 1: a->queue = (int)x; break;
@@ -101,7 +123,7 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
             case 7: a->sampling.temperature = (float)x; break;
             case 8: a->sampling.top_p = (float)x; break;
             case 9: a->sampling.top_k = (int32_t)x; break;
-            default: a->sampling.seed = (uint64_t)x; break;
+            default: a->sampling.seed = (uint64_t)x, a->seed_given = 1; break;
             }
             i++;
         }
@@ -134,6 +156,7 @@ typedef struct {
     size_t reasoning_shown, content_shown;
     int32_t stop_ids[3];
     int hide_thinking, in_dim, color;
+    qrt_cli_ticker *ticker; /* the prefill line of a long prompt, until the first token */
 } chat_turn;
 
 static void show_new_text(chat_turn *t) {
@@ -154,6 +177,7 @@ static void show_new_text(chat_turn *t) {
 
 static int chat_token(int32_t id, void *user) {
     chat_turn *t = user;
+    qrt_cli_ticker_stop(&t->ticker);
     for (int i = 0; i < 3; i++)
         if (t->stop_ids[i] == id) return 1;
     const char *text = "";
@@ -162,7 +186,7 @@ static int chat_token(int32_t id, void *user) {
         return 1;
     qrt_output_push(&t->out, text, len);
     show_new_text(t);
-    return 0;
+    return t->out.stopped; /* a --stop string */
 }
 
 /* One assistant turn for the conversation so far; appends the assistant message to msgs. */
@@ -178,16 +202,18 @@ static int chat_reply(qrt_reuse *r, const qrt_tokenizer *tok, json_t *msgs, cons
     chat_turn t = {.tok = tok, .hide_thinking = a->hide_thinking, .color = isatty(1)};
     memcpy(t.stop_ids, stop_ids, sizeof t.stop_ids);
     int32_t *out = calloc((size_t)a->n + 1, sizeof *out);
-    ok = ok && out && qrt_detok_stream_new(tok, &t.detok) == QRT_OK && qrt_output_init(&t.out, !a->no_think, 0, NULL, 0);
+    ok = ok && out && qrt_detok_stream_new(tok, &t.detok) == QRT_OK && qrt_output_init(&t.out, !a->no_think, 0, a->stops, a->n_stops);
     qrt_gen_opts go = {.max_new = a->n, .stop_eos = 1, .spec_k = a->spec_k, .sampling = a->sampling,
                        .on_token = chat_token, .user = &t};
     qrt_gen_stats gs;
     int32_t reused = 0;
+    if (ok) t.ticker = qrt_cli_ticker_start((int)n);
     if (ok && qrt_reuse_generate(r, ids, (int32_t)n, &go, out, &gs, &reused) != QRT_OK) ok = 0;
+    qrt_cli_ticker_stop(&t.ticker);
     if (ok) {
         size_t tail_len;
         const char *tail = qrt_detok_stream_flush(t.detok, &tail_len);
-        qrt_output_push(&t.out, tail, tail_len);
+        if (!t.out.stopped) qrt_output_push(&t.out, tail, tail_len);
         qrt_output_finish(&t.out);
         show_new_text(&t);
         if (t.in_dim) fputs(PLAIN, stdout);
@@ -218,6 +244,10 @@ int qrt_cmd_chat(int argc, char **argv) {
     serve_args a;
     if (!parse("chat", argc, argv, &a)) return 2;
     if (a.help) return fputs(usage_chat, stdout), 0;
+    if (a.sampling.temperature > 0 && !a.seed_given) { /* said once, so the whole chat can be repeated */
+        a.sampling.seed = qrt_cli_random_seed(UINT32_MAX);
+        fprintf(stderr, "seed: %llu\n", (unsigned long long)a.sampling.seed);
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", a.model);
     qrt_tokenizer *tok = NULL;

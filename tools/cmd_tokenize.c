@@ -43,21 +43,6 @@ static qrt_tokenizer *open_tokenizer(const char *cmd, const char *dir, const cha
     return t;
 }
 
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, stdin)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *more = realloc(buf, cap *= 2);
-            if (!more) free(buf);
-            buf = more;
-        }
-    }
-    *len = n;
-    return buf;
-}
-
 typedef struct {
     const char *dir, *file, *positional;
     int json, help;
@@ -89,7 +74,7 @@ int qrt_cmd_tokenize(int argc, char **argv) {
     qrt_tokenizer *t = open_tokenizer("tokenize", a.dir, a.file);
     if (!t) return 1;
     size_t len = strlen(a.positional);
-    char *text = !strcmp(a.positional, "-") ? read_stdin(&len) : NULL;
+    char *text = !strcmp(a.positional, "-") ? qrt_cli_read_all(stdin, &len) : NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;
@@ -177,16 +162,4 @@ int qrt_cli_prompt_ids(const char *cmd, const char *dir, const char *text, int c
         return -1;
     }
     return (int)n;
-}
-
-int qrt_cli_print_token_text(int32_t id, void *stream) {
-    const char *text;
-    size_t len;
-    if (qrt_detok_stream_push(stream, id, &text, &len) != QRT_OK) {
-        fprintf(stderr, "\nqwenrt: %s\n", qrt_last_error());
-        return 1;
-    }
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    return 0;
 }

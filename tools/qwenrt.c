@@ -8,12 +8,14 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "server/output.h"
 #include "tools/tools.h"
 
 static const char *usage_main =
     "qwenrt: a C runtime for Qwen3.5/3.6 hybrid models (Gated DeltaNet + gated attention)\n"
     "\n"
     "usage: qwenrt COMMAND [options]    (qwenrt COMMAND --help for its options)\n"
+    "       qwenrt --version            (also qwenrt version)\n"
     "\n"
     "commands:\n"
     "  inspect DIR     the config, every tensor (dtype, shape, bytes) and the bytes read per decoded token;\n"
@@ -37,7 +39,7 @@ static const char *usage_main =
     "model.safetensors.index.json), read in place.\n";
 
 static const char *usage_logits =
-    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [--threads N] [--device auto|cpu|cuda]\n"
+    "usage: qwenrt logits -m DIR --ids 1,2,3 [--pos 0,5] [--json] [-t|--threads N] [--device auto|cpu|cuda]\n"
     "\n"
     "Runs the ids through the model in one call and prints the logits after the last token and after\n"
     "every position named by --pos (0-based indices into --ids).\n"
@@ -45,14 +47,21 @@ static const char *usage_logits =
     "             (default: one line per position with its argmax and top logit)\n";
 
 static const char *usage_generate =
-    "usage: qwenrt generate -m DIR [--mtp DIR] (--ids 1,2,3 | -p TEXT [--chat] [--think|--no-think]) [-n 32]\n"
-    "                       [--spec-k K] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]\n"
-    "                       [--ctx N] [--threads N] [--no-eos] [--device auto|cpu|cuda] [--kv f32|bf16|fp8]\n"
+    "usage: qwenrt generate -m DIR [--mtp DIR] (--ids 1,2,3 | -p TEXT | -f FILE) [--chat] [--think|--no-think]\n"
+    "                       [-n 32] [--stop STR]... [--spec-k K] [--temperature T] [--top-p P] [--top-k K]\n"
+    "                       [--seed S] [--json] [-c|--ctx N] [-t|--threads N] [--no-eos] [--device auto|cpu|cuda]\n"
+    "                       [--kv f32|bf16|fp8]\n"
     "\n"
     "Prefill the prompt, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
     "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
-    "  -p TEXT          the prompt as text, tokenized with DIR/tokenizer.json; the output streams as text\n"
-    "  --chat           wrap -p TEXT as one user message in the chat template (thinking on unless --no-think)\n"
+    "  -p TEXT          the prompt as text, tokenized with DIR/tokenizer.json; the output streams as text.\n"
+    "                   -p - reads the prompt from stdin (also --prompt)\n"
+    "  -f FILE          the prompt from a text file (also --file)\n"
+    "  --chat           wrap the prompt as one user message in the chat template (thinking on unless --no-think)\n"
+    "  --stop STR       end generation when the generated text contains STR (not printed); repeatable, up to\n"
+    "                   16; needs a text prompt (-p or -f)\n"
+    "  --seed S         the sampler's seed (0..2147483647); without it a random seed is drawn and printed on\n"
+    "                   stderr (\"seed: S\"), so a sampled run can be repeated\n"
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
     "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
     "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
@@ -60,9 +69,11 @@ static const char *usage_generate =
     "  --json     {\"tokens\": [ids], \"n_prompt\", \"n_new\", \"prefill_ms\", \"decode_ms\", \"decode_tok_s\",\n"
     "              \"spec\": {\"k\", \"attempts\", \"accepts\", \"al\", \"tokens_per_cycle\", \"full_accept_rate\",\n"
     "                       \"accept_at\": [rate per draft position], \"chain_ms\", \"verify_ms\"}}\n"
-    "  --ctx N    session context in tokens (default: prompt + n)\n"
+    "  -c N       session context in tokens (default: prompt + n; also --ctx, --ctx-size)\n"
+    "  -t N       CPU threads (default: every core; also --threads)\n"
     "  --device   cuda (an error when this build or machine has none), cpu, or auto (default: cuda when a GPU\n"
     "             is present)\n"
+    "A prompt longer than 512 tokens shows a prefill line on stderr while it runs, when stderr is a terminal.\n"
     "speculative counters: attempts = cycles, accepts = accepted drafts (bonus not counted), AL =\n"
     "accepts / attempts, tokens per cycle = AL + 1.\n"
     "timings: prefill_ms = prompt up to the first token's logits; decode_ms = first to last generated\n"
@@ -108,8 +119,10 @@ static int parse_ids(const char *cmd, const char *flag, const char *s, int32_t *
 
 typedef struct {
     const char *model, *mtp;
-    const char *ids, *pos, *prompt;
-    int n, json, threads, ctx, no_eos, help, spec_k, chat, no_think;
+    const char *ids, *pos, *prompt, *prompt_file; /* -p TEXT (or -p -: stdin), -f FILE */
+    const char *stops[QRT_MAX_STOPS];
+    int n_stops;
+    int n, json, threads, ctx, no_eos, help, spec_k, chat, no_think, seed_given;
     qrt_sampling sampling;
     int device;    /* QRT_DEVICE_* */
     int kv_format; /* QRT_KV_* */
@@ -136,16 +149,23 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
         else if (!strcmp(f, "--no-eos")) a->no_eos = 1, takes = 0;
         else if (!strcmp(f, "--chat")) a->chat = 1, takes = 0;
         else if (!strcmp(f, "--think") || !strcmp(f, "--no-think")) a->no_think = f[2] == 'n', takes = 0;
-        else if (!strcmp(f, "-p") && v) a->prompt = v;
+        else if ((!strcmp(f, "-p") || !strcmp(f, "--prompt")) && v) a->prompt = v;
         else if (!v) {
             fprintf(stderr, "qwenrt %s: %s needs a value (or is unknown; see --help)\n", cmd, f);
             return 0;
         } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--ids")) a->ids = v;
         else if (!strcmp(f, "--pos")) a->pos = v;
-        else if (!strcmp(f, "-n")) {
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) a->prompt_file = v;
+        else if (!strcmp(f, "--stop")) {
+            if (a->n_stops == QRT_MAX_STOPS) {
+                fprintf(stderr, "qwenrt %s: at most %d --stop strings\n", cmd, QRT_MAX_STOPS);
+                return 0;
+            }
+            a->stops[a->n_stops++] = v;
+        } else if (!strcmp(f, "-n")) {
             if (!qrt_tool_int(cmd, f, v, 0, 1 << 24, &a->n)) return 0;
-        } else if (!strcmp(f, "--threads")) {
+        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
             if (!qrt_tool_int(cmd, f, v, 1, 4096, &a->threads)) return 0;
         } else if (!strcmp(f, "--device")) {
             if (!strcmp(v, "auto")) a->device = QRT_DEVICE_AUTO;
@@ -155,7 +175,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
                 fprintf(stderr, "qwenrt %s: --device expects auto, cpu or cuda, got '%s'\n", cmd, v);
                 return 0;
             }
-        } else if (!strcmp(f, "--ctx")) {
+        } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx") || !strcmp(f, "--ctx-size")) {
             if (!qrt_tool_int(cmd, f, v, 1, 1 << 24, &a->ctx)) return 0;
         } else if (!strcmp(f, "--mtp")) a->mtp = v;
         else if (!strcmp(f, "--kv")) {
@@ -179,6 +199,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             int seed;
             if (!qrt_tool_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
             a->sampling.seed = (uint64_t)seed;
+            a->seed_given = 1;
         } else {
             fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
             return 0;
@@ -286,13 +307,66 @@ static int cmd_logits(int argc, char **argv) {
     return rc;
 }
 
-static int print_token(int32_t id, void *user) {
-    int *count = user;
-    if (*count) printf(" ");
-    printf("%d", id);
-    fflush(stdout);
-    ++*count;
-    return 0;
+/* What generate does with each new token: ends the prefill line, prints the id or (through the detokenizer)
+ * the text, and ends generation when the text reaches a --stop string (the string itself not printed). */
+typedef struct {
+    qrt_detok_stream *stream; /* text output (-p / -f); NULL with --ids */
+    qrt_stop_filter stop;
+    qrt_cli_ticker *ticker;
+    int print, printed, failed;
+} gen_sink;
+
+static int print_text(void *user, const char *s, size_t n) {
+    const gen_sink *g = user;
+    if (g->print) fwrite(s, 1, n, stdout), fflush(stdout);
+    return 1;
+}
+
+static int on_token(int32_t id, void *user) {
+    gen_sink *g = user;
+    qrt_cli_ticker_stop(&g->ticker);
+    if (!g->stream) {
+        if (g->print) printf("%s%d", g->printed++ ? " " : "", id), fflush(stdout);
+        return 0;
+    }
+    const char *text;
+    size_t len;
+    if (qrt_detok_stream_push(g->stream, id, &text, &len) != QRT_OK || !qrt_stop_push(&g->stop, text, len, print_text, g)) {
+        fprintf(stderr, "\nqwenrt generate: %s\n", qrt_last_error());
+        g->failed = 1;
+        return 1;
+    }
+    return g->stop.stopped;
+}
+
+/* After generation: the detokenizer's unfinished tail (an incomplete UTF-8 character prints as U+FFFD) and
+ * what the stop filter held back, unless a stop string matched. */
+static void finish_text(gen_sink *g) {
+    if (!g->stream || g->stop.stopped) return;
+    size_t tail = 0;
+    const char *rest = qrt_detok_stream_flush(g->stream, &tail);
+    qrt_stop_push(&g->stop, rest, tail, print_text, g);
+    if (!g->stop.stopped) qrt_stop_finish(&g->stop, print_text, g);
+}
+
+/* The prompt text of -p TEXT, -p - (stdin) or -f FILE, malloc'd; NULL after printing why. */
+static char *prompt_text(const char *cmd, const args *a) {
+    if (a->prompt && a->prompt_file) {
+        fprintf(stderr, "qwenrt %s: -p and -f both give the prompt; pass one of them\n", cmd);
+        return NULL;
+    }
+    if (a->prompt_file) return qrt_cli_read_prompt(cmd, "-f", a->prompt_file);
+    if (!strcmp(a->prompt, "-")) return qrt_cli_read_prompt(cmd, "-p", "-");
+    char *copy = strdup(a->prompt);
+    if (!copy) fprintf(stderr, "qwenrt %s: out of memory\n", cmd);
+    return copy;
+}
+
+/* Sampling without --seed draws a seed and says which, so the run can be repeated with --seed. */
+static void pick_seed(args *a) {
+    if (a->sampling.temperature <= 0 || a->seed_given) return;
+    a->sampling.seed = qrt_cli_random_seed(INT32_MAX);
+    fprintf(stderr, "seed: %llu\n", (unsigned long long)a->sampling.seed);
 }
 
 static double rate(int64_t num, int64_t den) { return den ? (double)num / (double)den : 0; }
@@ -314,51 +388,65 @@ static void print_spec_line(const qrt_gen_stats *g) {
             g->attempts ? g->verify_ms / g->attempts : 0);
 }
 
+static void print_generate_result(const args *a, const int32_t *out, const qrt_gen_stats *gs) {
+    double tps = gs->n_new > 1 && gs->decode_ms > 0 ? (gs->n_new - 1) / gs->decode_ms * 1e3 : 0;
+    if (a->json) {
+        printf("{\"tokens\": [");
+        for (int i = 0; i < gs->n_new; i++) printf("%s%d", i ? ", " : "", out[i]);
+        printf("], \"n_prompt\": %d, \"n_new\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
+               "\"decode_tok_s\": %.2f", gs->n_prompt, gs->n_new, gs->prefill_ms, gs->decode_ms, tps);
+        if (gs->spec_k) print_spec_json(gs);
+        printf("}\n");
+    } else {
+        printf("\n");
+        fprintf(stderr, "prompt %d tokens, prefill %.1f ms; %d new tokens, decode %.1f ms (%.2f tok/s)\n",
+                gs->n_prompt, gs->prefill_ms, gs->n_new, gs->decode_ms, tps);
+        if (gs->spec_k) print_spec_line(gs);
+    }
+}
+
 static int cmd_generate(int argc, char **argv) {
     args a;
     if (!parse_args("generate", argc, argv, &a)) return 2;
     if (a.help) return fputs(usage_generate, stdout), 0;
-    if (!a.ids && !a.prompt) return die("generate", "no prompt; pass --ids 1,2,3 or -p TEXT");
+    if (!a.ids && !a.prompt && !a.prompt_file) return die("generate", "no prompt; pass --ids 1,2,3, -p TEXT or -f FILE");
+    if (a.n_stops && !a.prompt && !a.prompt_file)
+        return die("generate", "--stop matches the generated text, so it needs a text prompt (-p TEXT or -f FILE), "
+                   "not --ids");
     int32_t *ids = NULL;
-    qrt_tokenizer *tok = NULL; /* with -p: the output streams as text */
-    qrt_detok_stream *stream = NULL;
-    int n = a.prompt ? qrt_cli_prompt_ids("generate", a.model, a.prompt, a.chat, !a.no_think, &tok, &ids)
-                     : parse_ids("generate", "--ids", a.ids, &ids);
-    if (n < 0 || (tok && qrt_detok_stream_new(tok, &stream) != QRT_OK)) return qrt_tokenizer_free(tok), free(ids), 2;
+    qrt_tokenizer *tok = NULL; /* with -p / -f: the output streams as text */
+    gen_sink g = {.print = !a.json};
+    char *text = a.prompt || a.prompt_file ? prompt_text("generate", &a) : NULL;
+    if ((a.prompt || a.prompt_file) && !text) return 2;
+    int n = text ? qrt_cli_prompt_ids("generate", a.model, text, a.chat, !a.no_think, &tok, &ids)
+                 : parse_ids("generate", "--ids", a.ids, &ids);
+    free(text);
+    if (n < 0 || (tok && qrt_detok_stream_new(tok, &g.stream) != QRT_OK) ||
+        !qrt_stop_init(&g.stop, a.stops, a.n_stops))
+        return qrt_detok_stream_free(g.stream), qrt_tokenizer_free(tok), free(ids), 2;
+    pick_seed(&a);
     qrt_model *m = load_model("generate", &a);
     qrt_session *s = NULL;
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
-    int rc = 1, printed = 0;
+    int rc = 1;
     int ctx = a.ctx ? a.ctx : n + a.n;
     if (m && out && (!tok || qrt_tokenizer_check_model(tok, m, a.model) == QRT_OK) &&
         qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
-                           .on_token = a.json ? NULL : print_token, .user = &printed};
-        if (stream && !a.json) go.on_token = qrt_cli_print_token_text, go.user = stream;
+                           .on_token = on_token, .user = &g};
         qrt_gen_stats gs;
-        if (qrt_generate(s, ids, n, &go, out, &gs) == QRT_OK) {
+        g.ticker = qrt_cli_ticker_start(n);
+        qrt_status st = qrt_generate(s, ids, n, &go, out, &gs);
+        qrt_cli_ticker_stop(&g.ticker);
+        if (st == QRT_OK && !g.failed) {
             rc = 0;
-            size_t tail = 0; /* an unfinished UTF-8 character at the end prints as U+FFFD */
-            const char *rest = stream && !a.json ? qrt_detok_stream_flush(stream, &tail) : "";
-            fwrite(rest, 1, tail, stdout);
-            double tps = gs.n_new > 1 && gs.decode_ms > 0 ? (gs.n_new - 1) / gs.decode_ms * 1e3 : 0;
-            if (a.json) {
-                printf("{\"tokens\": [");
-                for (int i = 0; i < gs.n_new; i++) printf("%s%d", i ? ", " : "", out[i]);
-                printf("], \"n_prompt\": %d, \"n_new\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
-                       "\"decode_tok_s\": %.2f", gs.n_prompt, gs.n_new, gs.prefill_ms, gs.decode_ms, tps);
-                if (gs.spec_k) print_spec_json(&gs);
-                printf("}\n");
-            } else {
-                printf("\n");
-                fprintf(stderr, "prompt %d tokens, prefill %.1f ms; %d new tokens, decode %.1f ms (%.2f tok/s)\n",
-                        gs.n_prompt, gs.prefill_ms, gs.n_new, gs.decode_ms, tps);
-                if (gs.spec_k) print_spec_line(&gs);
-            }
+            finish_text(&g);
+            print_generate_result(&a, out, &gs);
         }
     }
-    if (m && rc) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
-    qrt_detok_stream_free(stream);
+    if (m && rc && !g.failed) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
+    qrt_stop_free(&g.stop);
+    qrt_detok_stream_free(g.stream);
     qrt_tokenizer_free(tok);
     qrt_session_free(s);
     qrt_model_free(m);
@@ -377,12 +465,28 @@ static int cmd_inspect(int argc, char **argv) {
     return check ? qrt_tool_inspect_check(argv[1], stdout) : qrt_tool_inspect(argv[0], 0, stdout);
 }
 
+/* The build's identity, fixed at configure time by CMakeLists.txt (so a bug report can name it). */
+#ifndef QRT_VERSION
+#define QRT_VERSION "unknown"
+#endif
+#ifndef QRT_GIT_COMMIT
+#define QRT_GIT_COMMIT "unknown"
+#endif
+#ifndef QRT_CUDA_ARCHS
+#define QRT_CUDA_ARCHS "none (CPU-only build)"
+#endif
+
+static void print_version(void) {
+    printf("qwenrt %s\ncommit: %s\ncuda architectures: %s\n", QRT_VERSION, QRT_GIT_COMMIT, QRT_CUDA_ARCHS);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) return print_version(), 0;
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);

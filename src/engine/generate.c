@@ -89,6 +89,6 @@ qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt
                         n, opts->max_new, s->max_ctx - s->pos);
     if (K > 0 && s->pos != 0)
         return qrt_fail(QRT_ERR_ARG, "speculative generation starts from an empty session (the MTP cache is seeded "
-                        "from the prompt); reset the session or use spec_k 0");
+                        "from the prompt); reset the session or use spec_k 0 (--spec-k 0)");
     return K ? generate_spec(s, ids, n, K, opts, out, stats) : generate_plain(s, ids, n, opts, out, stats);
 }

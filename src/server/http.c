@@ -3,6 +3,7 @@
  * JSON error {"error": {"message", "type", "code"}} with a 4xx/5xx status. */
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -203,12 +204,55 @@ static void request_done(void *cls, struct MHD_Connection *c, void **state, enum
     *state = NULL;
 }
 
+int qrt_serve_resolve(const char *host, int port, struct sockaddr_storage *addr, char *err, size_t err_size) {
+    char name[256];
+    const char *start = host;
+    size_t len = strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']') start++, len -= 2; /* [::1], as in a URL */
+    if (len == 0 || len >= sizeof name) {
+        snprintf(err, err_size, "--host '%.300s' is not an address or host name; pass e.g. 127.0.0.1, ::1 or "
+                 "localhost", host);
+        return 0;
+    }
+    memcpy(name, start, len), name[len] = 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(name, NULL, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, err_size, "--host '%s' does not resolve (%s); pass an IPv4 or IPv6 address (127.0.0.1, ::1, "
+                 "0.0.0.0, ::) or a host name of this machine", name, rc ? gai_strerror(rc) : "no address");
+        return 0;
+    }
+    /* the first address, as a client connecting to the name would try first */
+    memset(addr, 0, sizeof *addr);
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    if (addr->ss_family == AF_INET6) ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
+    else ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)port);
+    return 1;
+}
+
+/* "host:port" for the log line, with an IPv6 address in brackets as a URL writes it. */
+static void format_endpoint(const struct sockaddr_storage *addr, unsigned port, char *out, size_t size) {
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int v6 = addr->ss_family == AF_INET6;
+    const void *a = v6 ? (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr
+                       : (const void *)&((const struct sockaddr_in *)addr)->sin_addr;
+    inet_ntop(addr->ss_family, a, ip, sizeof ip);
+    snprintf(out, size, v6 ? "[%s]:%u" : "%s:%u", ip, port);
+}
+
 int qrt_serve(const qrt_serve_opts *o) {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "qwenrt serve: --host '%s' is not an IPv4 address (e.g. 127.0.0.1 or 0.0.0.0)\n", o->host);
+    struct sockaddr_storage addr;
+    char err[512];
+    if (!qrt_serve_resolve(o->host, o->port, &addr, err, sizeof err)) {
+        fprintf(stderr, "qwenrt serve: %s\n", err);
         return 2;
     }
+    /* an IPv6 socket needs MHD told so; "::" takes IPv4 clients too (dual stack), as 0.0.0.0 takes every IPv4 one */
+    unsigned family_flags = 0;
+    if (addr.ss_family == AF_INET6)
+        family_flags = IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
+                                                                                           : MHD_USE_IPv6;
     /* SIGINT/SIGTERM are taken by sigwait below; every thread started from here inherits the mask */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -223,20 +267,24 @@ int qrt_serve(const qrt_serve_opts *o) {
         return 1;
     }
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)o->port, NULL,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | family_flags,
+        (uint16_t)o->port, NULL,
         NULL, handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, request_done,
         &sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->engine.queue_max + 64), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)600, MHD_OPTION_END);
     if (!d) {
-        fprintf(stderr, "qwenrt serve: cannot listen on %s:%d (in use, or not an address of this machine); pick "
-                "another --port or --host\n", o->host, o->port);
+        char endpoint[INET6_ADDRSTRLEN + 16];
+        format_endpoint(&addr, (unsigned)o->port, endpoint, sizeof endpoint);
+        fprintf(stderr, "qwenrt serve: cannot listen on %s (in use, or not an address of this machine); pick "
+                "another --port or --host\n", endpoint);
         qrt_engine_free(sv.engine);
         qrt_metrics_free(sv.metrics);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "qwenrt serve: model %s, listening on http://%s:%u\n", qrt_engine_model_name(sv.engine), o->host,
-            info ? (unsigned)info->port : (unsigned)o->port);
+    char endpoint[INET6_ADDRSTRLEN + 16];
+    format_endpoint(&addr, info ? (unsigned)info->port : (unsigned)o->port, endpoint, sizeof endpoint);
+    fprintf(stderr, "qwenrt serve: model %s, listening on http://%s\n", qrt_engine_model_name(sv.engine), endpoint);
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -67,23 +67,65 @@ static size_t partial_tail(const char *s, size_t n, const char *word) {
     return 0;
 }
 
+int qrt_stop_init(qrt_stop_filter *f, const char *const *stops, int n_stops) {
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < n_stops && f->n_stops < QRT_MAX_STOPS; i++) {
+        if (!stops[i] || !*stops[i]) continue;
+        if (!(f->stops[f->n_stops] = strdup(stops[i]))) return 0;
+        f->n_stops++;
+    }
+    return 1;
+}
+
+void qrt_stop_free(qrt_stop_filter *f) {
+    for (int i = 0; i < f->n_stops; i++) free(f->stops[i]);
+    qrt_buf_free(&f->hold);
+    memset(f, 0, sizeof *f);
+}
+
+int qrt_stop_push(qrt_stop_filter *f, const char *text, size_t n, qrt_text_sink sink, void *user) {
+    if (f->stopped) return 1;
+    qrt_buf *h = &f->hold;
+    if (!qrt_buf_add(h, text, n)) return 0;
+    long first = -1;
+    for (int i = 0; i < f->n_stops; i++) {
+        long at = find(h->p, h->n, f->stops[i]);
+        if (at >= 0 && (first < 0 || at < first)) first = at;
+    }
+    if (first >= 0) {
+        f->stopped = 1;
+        int ok = sink(user, h->p, (size_t)first);
+        h->n = 0;
+        return ok;
+    }
+    size_t keep = 0;
+    for (int i = 0; i < f->n_stops; i++) {
+        size_t k = partial_tail(h->p, h->n, f->stops[i]);
+        if (k > keep) keep = k;
+    }
+    if (!sink(user, h->p, h->n - keep)) return 0;
+    buf_drop_front(h, h->n - keep);
+    return 1;
+}
+
+int qrt_stop_finish(qrt_stop_filter *f, qrt_text_sink sink, void *user) {
+    int ok = f->hold.n ? sink(user, f->hold.p, f->hold.n) : 1;
+    f->hold.n = 0;
+    return ok;
+}
+
 int qrt_output_init(qrt_output *o, int in_reasoning, int parse_tools, const char *const *stops, int n_stops) {
     memset(o, 0, sizeof *o);
     o->mode = in_reasoning ? QRT_OUT_REASONING : QRT_OUT_CONTENT;
     o->parse_tools = parse_tools;
     o->at_start = 1;
-    for (int i = 0; i < n_stops && i < QRT_MAX_STOPS; i++) {
-        if (!stops[i] || !*stops[i]) continue;
-        if (!(o->stops[o->n_stops] = strdup(stops[i]))) return 0;
-        o->n_stops++;
-    }
-    return 1;
+    return qrt_stop_init(&o->stop, stops, n_stops);
 }
 
 void qrt_output_free(qrt_output *o) {
-    for (int i = 0; i < o->n_stops; i++) free(o->stops[i]);
+    qrt_stop_free(&o->stop);
     qrt_buf_free(&o->reasoning), qrt_buf_free(&o->content), qrt_buf_free(&o->tools);
-    qrt_buf_free(&o->stop_hold), qrt_buf_free(&o->tag_hold);
+    qrt_buf_free(&o->tag_hold);
 }
 
 /* Append final text to the current mode. Chat output drops the newlines the template puts after <think>
@@ -157,33 +199,17 @@ static int forward(qrt_output *o, const char *s, size_t n, int final) {
     return qrt_buf_add(&o->tag_hold, s, n) && route(o, final);
 }
 
+/* The stop stage's sink: what it lets through goes on to the tag stage. */
+static int forward_more(void *o, const char *s, size_t n) { return forward(o, s, n, 0); }
+
 int qrt_output_push(qrt_output *o, const char *text, size_t n) {
-    if (o->stopped) return 1;
-    qrt_buf *h = &o->stop_hold;
-    if (!qrt_buf_add(h, text, n)) return 0;
-    long first = -1;
-    for (int i = 0; i < o->n_stops; i++) {
-        long at = find(h->p, h->n, o->stops[i]);
-        if (at >= 0 && (first < 0 || at < first)) first = at;
-    }
-    if (first >= 0) {
-        o->stopped = 1;
-        int ok = forward(o, h->p, (size_t)first, 0);
-        h->n = 0;
-        return ok;
-    }
-    size_t keep = 0;
-    for (int i = 0; i < o->n_stops; i++) {
-        size_t k = partial_tail(h->p, h->n, o->stops[i]);
-        if (k > keep) keep = k;
-    }
-    if (!forward(o, h->p, h->n - keep, 0)) return 0;
-    buf_drop_front(h, h->n - keep);
-    return 1;
+    int ok = qrt_stop_push(&o->stop, text, n, forward_more, o);
+    o->stopped = o->stop.stopped;
+    return ok;
 }
 
 int qrt_output_finish(qrt_output *o) {
-    int ok = forward(o, o->stop_hold.p, o->stop_hold.n, 1);
-    o->stop_hold.n = 0;
+    int ok = forward(o, o->stop.hold.p, o->stop.hold.n, 1);
+    o->stop.hold.n = 0;
     return ok;
 }

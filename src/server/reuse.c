@@ -68,8 +68,8 @@ qrt_status qrt_reuse_generate(qrt_reuse *r, const int32_t *ids, int32_t n, qrt_g
         keep = 0;
     if (!keep) qrt_reuse_reset(r);
     int32_t room = room_from(r, keep, n - keep, keep ? 0 : K);
-    if (room == 0) return qrt_fail(QRT_ERR_CONTEXT, "the prompt (%d tokens) does not fit the context of %d; start the "
-                                   "server with a larger --ctx", n, r->max_ctx);
+    if (room == 0) return qrt_fail(QRT_ERR_CONTEXT, "the prompt (%d tokens) does not fit the context of %d; restart "
+                                   "with a larger --ctx (serve and chat take it)", n, r->max_ctx);
     if (opts->max_new > room) opts->max_new = room;
     qrt_gen_opts go = *opts;
     if (keep) go.spec_k = 0;

@@ -3,15 +3,20 @@
 #define QRT_SERVER_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "server/engine.h"
 
 typedef struct {
     qrt_engine_opts engine;
-    const char *host; /* an IPv4 address to bind */
+    const char *host; /* an IPv4 or IPv6 address ("[::1]" too) or a host name, to bind */
     int port;         /* 0: any free port (printed) */
     size_t max_body;  /* bytes; larger request bodies get 413 */
 } qrt_serve_opts;
+
+/* --host and --port → the address to bind: the first getaddrinfo gives for host (brackets around an IPv6
+ * address allowed). 0 with a message naming --host in err when it does not resolve. */
+int qrt_serve_resolve(const char *host, int port, struct sockaddr_storage *addr, char *err, size_t err_size);
 
 /* Run until SIGINT or SIGTERM; returns a process exit code. */
 int qrt_serve(const qrt_serve_opts *o);

@@ -38,12 +38,21 @@ int qrt_tool_int(const char *tool, const char *flag, const char *s, int lo, int 
     return 1;
 }
 
+/* A limit as the user would type it: whole numbers in full (16777216, not %g's 1.67772e+07). */
+static const char *limit_text(double v, char *buf, size_t size) {
+    if (v >= -1e15 && v <= 1e15 && (double)(long long)v == v) snprintf(buf, size, "%lld", (long long)v);
+    else snprintf(buf, size, "%g", v);
+    return buf;
+}
+
 int qrt_tool_number(const char *tool, const char *flag, const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "qwenrt %s: %s expects a number in [%g, %g], got '%s'\n", tool, flag, lo, hi, s);
+        char lo_text[32], hi_text[32];
+        fprintf(stderr, "qwenrt %s: %s expects a number in [%s, %s], got '%s'\n", tool, flag,
+                limit_text(lo, lo_text, sizeof lo_text), limit_text(hi, hi_text, sizeof hi_text), s);
         return 0;
     }
     *out = v;
@@ -59,4 +68,18 @@ int qrt_tool_word(const char *tool, const char *flag, const char *s, const char 
                         words[i]);
     fprintf(stderr, "qwenrt %s: %s expects %s, got '%s'\n", tool, flag, list, s);
     return -1;
+}
+
+int qrt_tool_whole(const char *tool, const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || !((double)v >= lo && (double)v <= hi)) {
+        char lo_text[32], hi_text[32];
+        fprintf(stderr, "qwenrt %s: %s expects an integer in [%s, %s], got '%s'\n", tool, flag,
+                limit_text(lo, lo_text, sizeof lo_text), limit_text(hi, hi_text, sizeof hi_text), s);
+        return 0;
+    }
+    *out = (double)v;
+    return 1;
 }

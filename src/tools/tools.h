@@ -20,8 +20,20 @@ int qrt_cmd_detokenize(int argc, char **argv);
  * message through the chat template, thinking on or off). Returns the count, or -1 after printing why. */
 int qrt_cli_prompt_ids(const char *cmd, const char *dir, const char *text, int chat, int think, qrt_tokenizer **tok,
                        int32_t **ids);
-/* A qrt_token_cb that prints each token's text through a qrt_detok_stream (user). */
-int qrt_cli_print_token_text(int32_t id, void *stream);
+
+/* Shared by generate and chat (tools/cli_common.c). */
+/* All of f, NUL-terminated (malloc; free() it), *len bytes; NULL when out of memory. */
+char *qrt_cli_read_all(FILE *f, size_t *len);
+/* The prompt of `-f FILE` or `-p -` (path "-": stdin), or NULL after printing why, naming flag. */
+char *qrt_cli_read_prompt(const char *cmd, const char *flag, const char *path);
+/* A seed in [0, max] that differs from run to run (for sampling without --seed; the caller prints it). */
+uint64_t qrt_cli_random_seed(uint64_t max);
+/* A line "prefill: N prompt tokens, 3.2 s" on stderr, redrawn until stopped (at the first token), for prompts
+ * longer than QRT_CLI_LONG_PROMPT tokens and only when stderr is a terminal; start returns NULL otherwise. */
+#define QRT_CLI_LONG_PROMPT 512
+typedef struct qrt_cli_ticker qrt_cli_ticker;
+qrt_cli_ticker *qrt_cli_ticker_start(int n_tokens);
+void qrt_cli_ticker_stop(qrt_cli_ticker **t); /* clears the line; NULL-safe */
 /* qwenrt bench / membw / doctor (bench.c, membw.c, doctor.c). */
 int qrt_tool_bench(int argc, char **argv);
 int qrt_tool_membw(int argc, char **argv);
@@ -38,5 +50,7 @@ int qrt_tool_tilebench(int argc, char **argv);
 int qrt_tool_int_list(const char *tool, const char *flag, const char *s, int lo, int hi, int cap, int *out, int *n);
 int qrt_tool_int(const char *tool, const char *flag, const char *s, int lo, int hi, int *out);
 int qrt_tool_number(const char *tool, const char *flag, const char *s, double lo, double hi, double *out);
+/* qrt_tool_number for integer options whose range exceeds an int (a fraction is an error, not truncated). */
+int qrt_tool_whole(const char *tool, const char *flag, const char *s, double lo, double hi, double *out);
 int qrt_tool_word(const char *tool, const char *flag, const char *s, const char *const *words, int n_words);
 #endif
