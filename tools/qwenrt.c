@@ -49,6 +49,7 @@ static const char *usage_generate =
     "\n"
     "Prefill the prompt, then generate -n tokens (stopping early at the model's eos token unless --no-eos).\n"
     "Greedy by default; --temperature > 0 samples (with --top-p, --top-k, --seed).\n"
+    QRT_TOOL_SAMPLING_USAGE
     "  -p TEXT          the prompt as text, tokenized with DIR/tokenizer.json; the output streams as text\n"
     "  --chat           wrap -p TEXT as one user message in the chat template (thinking on unless --no-think)\n"
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
@@ -126,7 +127,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        int takes = 1, sflag;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1, takes = 0;
         else if (!strcmp(f, "--json")) a->json = 1, takes = 0;
         else if (!strcmp(f, "--no-eos")) a->no_eos = 1, takes = 0;
@@ -175,6 +176,8 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             int seed;
             if (!qrt_tool_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
             a->sampling.seed = (uint64_t)seed;
+        } else if ((sflag = qrt_tool_sampling_flag(cmd, f, v, &a->sampling)) != 0) {
+            if (sflag < 0) return 0;
         } else {
             fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
             return 0;
@@ -303,7 +306,8 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
     int rc = 1, printed = 0;
     int ctx = a.ctx ? a.ctx : n + a.n;
-    if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
+    if (m && !qrt_tool_check_logit_bias("generate", &a.sampling, qrt_model_vocab(m))) rc = 2;
+    else if (m && out && qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
                            .on_token = a.json ? NULL : print_token, .user = &printed};
         if (stream && !a.json) go.on_token = qrt_cli_print_token_text, go.user = stream;
@@ -329,7 +333,7 @@ static int cmd_generate(int argc, char **argv) {
             }
         }
     }
-    if (m && rc) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
+    if (m && rc == 1) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
     qrt_detok_stream_free(stream);
     qrt_tokenizer_free(tok);
     qrt_session_free(s);
