@@ -11,9 +11,12 @@ typedef struct {
     const char *host; /* an IPv4 address to bind */
     int port;         /* 0: any free port (printed) */
     size_t max_body;  /* bytes; larger request bodies get 413 */
+    double shutdown_grace; /* seconds in-flight requests may take to finish after SIGINT / SIGTERM */
+    const char *const *aliases; /* more names the "model" field may give (the id is the model folder's name) */
+    int n_aliases;
 } qrt_serve_opts;
 
-/* Run until SIGINT or SIGTERM; returns a process exit code. */
+/* Run until SIGINT or SIGTERM (then drain for o->shutdown_grace); returns a process exit code. */
 int qrt_serve(const qrt_serve_opts *o);
 
 #endif
