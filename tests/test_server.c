@@ -442,26 +442,32 @@ static int post_raw(const char *path, const char *body, size_t len, json_t **out
     return r.status;
 }
 
-/* POSTs body with "stream": true and returns its SSE events, each parsed, the final "[DONE]" as that string. An
- * event that is not JSON is a failure (and left out). */
+/* The SSE events of a body, each parsed, the final "[DONE]" as that string. An event that is not JSON is a failure
+ * (and left out). */
+static json_t *sse_events(const char *body) {
+    json_t *events = json_array();
+    for (const char *b = body; b && *b;) {
+        const char *end = strstr(b, "\n\n"), *stop = end ? end : b + strlen(b);
+        if (!strncmp(b, "data: ", 6)) {
+            size_t n = (size_t)(stop - b - 6);
+            json_t *e = n == 6 && !strncmp(b + 6, "[DONE]", 6) ? json_string("[DONE]")
+                                                               : json_loadb(b + 6, n, 0, NULL);
+            CHECK(e != NULL, "SSE event is not JSON: %.*s", (int)(n < 200 ? n : 200), b + 6);
+            if (e) json_array_append_new(events, e);
+        }
+        b = end ? end + 2 : stop;
+    }
+    return events;
+}
+
+/* POSTs body with "stream": true and returns its status; *events gets the SSE events (sse_events). */
 static int stream(const char *path, json_t *body, json_t **events) {
     json_object_set_new(body, "stream", json_true());
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     http_resp r = request("POST", path, s, strlen(s));
     free(s);
-    *events = json_array();
-    for (char *b = r.body; b && *b;) {
-        char *end = strstr(b, "\n\n"), *stop = end ? end : b + strlen(b);
-        if (!strncmp(b, "data: ", 6)) {
-            size_t n = (size_t)(stop - b - 6);
-            json_t *e = n == 6 && !strncmp(b + 6, "[DONE]", 6) ? json_string("[DONE]")
-                                                               : json_loadb(b + 6, n, 0, NULL);
-            CHECK(e != NULL, "SSE event is not JSON: %.*s", (int)(n < 200 ? n : 200), b + 6);
-            if (e) json_array_append_new(*events, e);
-        }
-        b = end ? end + 2 : stop;
-    }
+    *events = sse_events(r.body);
     free(r.body);
     return r.status;
 }
@@ -1285,30 +1291,52 @@ static void *bg_stream(void *arg) {
     return NULL;
 }
 
-static void *bg_post(void *arg) {
-    bg_request *q = arg;
-    q->status = post("/v1/completions", q->body, &q->events);
-    return NULL;
+/* Sends a streamed completion on a raw socket and returns the socket once its first event arrived (peeked, not
+ * read: read_response then reads the whole answer); -1 on failure. */
+static int stream_started(json_t *body) {
+    json_object_set_new(body, "stream", json_true());
+    char *s = json_dumps(body, JSON_COMPACT), head[256], peek[1 << 14];
+    json_decref(body);
+    int h = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", strlen(s));
+    int fd = http_open(REQUEST_S);
+    bool ok = fd >= 0 && send_all(fd, head, (size_t)h) && send_all(fd, s, strlen(s));
+    free(s);
+    for (double deadline = now_s() + REQUEST_S; ok; sleep_ms(5)) {
+        ssize_t k = recv(fd, peek, sizeof peek - 1, MSG_PEEK);
+        ok = k > 0 && now_s() < deadline;
+        if (ok && (peek[k] = 0, strstr(peek, "data: "))) return fd;
+    }
+    if (fd >= 0) close(fd);
+    return -1;
 }
 
-/* SIGTERM with --shutdown-grace 1: a short request in flight still finishes; a long one cut after the grace ends
- * with an error event, never with a finish_reason; the server exits 0. */
+/* SIGTERM with --shutdown-grace 3 while one request streams and a long one waits behind it: the first still
+ * finishes in full; the long one, cut after the grace, ends with an error event, never with a finish_reason;
+ * the server exits 0. */
 static void test_shutdown(void) {
-    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "8", NULL);
-    bg_request shortq = {.body = fox_body(PARITY_N)}, longq = {.body = fox_body(900)};
-    pthread_t ts, tl;
-    if (pthread_create(&ts, NULL, bg_post, &shortq)) die("pthread_create");
-    sleep_ms(100);
+    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "24", NULL);
+    json_t *short_body = fox_body(24);
+    json_object_set_new(short_body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    int fd = stream_started(short_body);
+    CHECK(fd >= 0, "the first request streams");
+    bg_request longq = {.body = fox_body(1000)};
+    pthread_t tl;
     if (pthread_create(&tl, NULL, bg_stream, &longq)) die("pthread_create");
     sleep_ms(200);
     double t0 = now_s();
     int rc = stop_server();
     double t = now_s() - t0;
-    pthread_join(ts, NULL), pthread_join(tl, NULL);
+    pthread_join(tl, NULL);
+    http_resp r = fd >= 0 ? read_response(fd, now_s() + REQUEST_S) : (http_resp){0};
+    if (fd >= 0) close(fd);
+    json_t *short_ev = sse_events(r.body);
+    free(r.body);
     CHECK(rc == 0, "the server exits 0 on SIGTERM (AddressSanitizer reports leaks as non-zero): %d; log in "
           "%s/server.log", rc, scratch);
-    CHECK(shortq.status == 200 && ji(shortq.events, "usage/completion_tokens") == ref.n + ref.stopped,
-          "a request in flight at SIGTERM finishes within the grace: %d %s", shortq.status, show(shortq.events));
+    json_t *usage = jp(json_array_get(short_ev, json_array_size(short_ev) - 2), "usage");
+    CHECK(r.status == 200 && ji(usage, "completion_tokens") == ref.n + ref.stopped && is_done(short_ev),
+          "a request in flight at SIGTERM finishes within the grace: %d, usage %s", r.status, show(usage));
     bool error = false, stopped = false;
     for (size_t i = 0; i < json_array_size(longq.events); i++) {
         json_t *e = json_array_get(longq.events, i);
@@ -1317,8 +1345,8 @@ static void test_shutdown(void) {
     }
     CHECK(error && !stopped && is_done(longq.events), "a generation cut by shutdown ends with an error: %zu events, last %s",
           json_array_size(longq.events), show(json_array_get(longq.events, json_array_size(longq.events) - 2)));
-    printf("shutdown: SIGTERM to exit %.2f s\n", t);
-    json_decref(shortq.events), json_decref(longq.events);
+    printf("shutdown: SIGTERM to exit %.2f s; the long request had %zu events\n", t, json_array_size(longq.events));
+    json_decref(short_ev), json_decref(longq.events);
 }
 
 /* ==== main ==== */
@@ -1349,7 +1377,7 @@ int main(int argc, char **argv) {
     char queue[16];
     snprintf(queue, sizeof queue, "%d", QUEUE);
     char *extra[] = {"--ctx", "1024", "--queue", queue, "--max-body", "200000", "--spec-k", "2", "--alias", "fx-alias",
-                     "--shutdown-grace", "1", NULL};
+                     "--shutdown-grace", "3", NULL};
     start_server(extra);
     section("basics", test_basics);
     section("parity", test_parity);
