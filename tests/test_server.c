@@ -1315,15 +1315,21 @@ static int stream_started(json_t *body) {
  * finishes in full; the long one, cut after the grace, ends with an error event, never with a finish_reason;
  * the server exits 0. */
 static void test_shutdown(void) {
-    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "24", NULL);
-    json_t *short_body = fox_body(24);
+    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "40", NULL);
+    json_t *short_body = fox_body(40);
     json_object_set_new(short_body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     int fd = stream_started(short_body);
     CHECK(fd >= 0, "the first request streams");
     bg_request longq = {.body = fox_body(1000)};
     pthread_t tl;
     if (pthread_create(&tl, NULL, bg_stream, &longq)) die("pthread_create");
-    sleep_ms(200);
+    /* SIGTERM as soon as the long one waits in the queue, while the first still generates */
+    for (double deadline = now_s() + 30; now_s() < deadline; sleep_ms(5)) {
+        http_resp m = get("/metrics");
+        double depth = m.body ? metric(m.body, "qwenrt_queue_depth") : -1;
+        free(m.body);
+        if (depth >= 1) break;
+    }
     double t0 = now_s();
     int rc = stop_server();
     double t = now_s() - t0;
