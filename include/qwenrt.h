@@ -92,10 +92,23 @@ typedef int32_t (*qrt_draft_hook)(int32_t k, int32_t proposed, int32_t pos, void
 typedef int (*qrt_accept_hook)(int K, int j, void *user);
 
 typedef struct {
+    int32_t id;
+    float bias; /* added to the token's logit */
+} qrt_logit_bias;
+
+typedef struct {
     float temperature; /* 0 = greedy (argmax) */
     float top_p;       /* nucleus mass kept; 0 or 1 = off */
     int32_t top_k;     /* candidates kept; 0 = off */
     uint64_t seed;
+    /* Adjustments of the logits before the choice (all zero = off). A generation with any of them set runs
+     * without speculation: the draft/verify path chooses from unadjusted logits. */
+    float min_p;              /* keep tokens with p >= min_p * p_max; 0 = off */
+    float repetition_penalty; /* tokens seen in prompt + output: logit / rp if > 0, else * rp; 0 or 1 = off */
+    float presence_penalty;   /* OpenAI: minus this for each token generated at least once so far */
+    float frequency_penalty;  /* OpenAI: minus this times the token's count in the output so far */
+    const qrt_logit_bias *logit_bias; /* not owned; must outlive the generation */
+    int32_t n_logit_bias;
 } qrt_sampling;
 
 #define QRT_SPEC_DEFAULT (-1) /* spec_k: speculate with K = 6 when the model has an MTP head, else not */
@@ -112,6 +125,15 @@ typedef struct {
     void *draft_user;
     qrt_accept_hook accept_hook; /* NULL normally; benchmarks only (see qrt_accept_hook) */
     void *accept_user;
+    /* the tokens the session already holds before ids (prefix reuse): repetition_penalty counts them too */
+    const int32_t *history;
+    int32_t n_history;
+    /* checked between prefill pieces (with user): non-zero stops the generation there, with no tokens and QRT_OK;
+     * the session then holds the prompt's first qrt_session_pos tokens. Decoding stops through on_token. */
+    int (*cancel)(void *user);
+    /* called with the logits each token was chosen from (before any adjustment) just before on_token; set, the
+     * generation runs without speculation */
+    void (*on_logits)(const float *logits, int32_t V, int32_t id, void *user);
 } qrt_gen_opts;
 
 typedef struct {

@@ -10,7 +10,10 @@
  * Checked: /health and /v1/models; greedy parity of completions and chat (plain and streamed, thinking off and
  * on) with `qwenrt generate`; stop strings; prompt prefix reuse; malformed requests (400/404/405/413 with a JSON
  * error body); a client that disconnects mid-stream; a full queue (503); a load of mixed requests from 8 threads;
- * /metrics; a clean exit on SIGTERM. The Python version this replaces also ran curl and the `openai` client when
+ * /metrics; refused fields naming the field (response_format, tools, tool_choice, sampler ranges) and tool_choice
+ * forcing a call; logit_bias, min_p and the penalties (against qwenrt generate's flags); logprobs, plain and
+ * streamed; unknown model names (404) and --alias; a hang-up during a long prefill cancelling it; SIGTERM draining
+ * in-flight requests for --shutdown-grace, then cutting the rest with an error; a clean exit on SIGTERM. The Python version this replaces also ran curl and the `openai` client when
  * present; those optional checks are gone (they cover the same requests, through other clients).
  *
  * Nothing may hang: every socket operation and child process has a deadline, and a watchdog kills the server and
@@ -439,26 +442,32 @@ static int post_raw(const char *path, const char *body, size_t len, json_t **out
     return r.status;
 }
 
-/* POSTs body with "stream": true and returns its SSE events, each parsed, the final "[DONE]" as that string. An
- * event that is not JSON is a failure (and left out). */
+/* The SSE events of a body, each parsed, the final "[DONE]" as that string. An event that is not JSON is a failure
+ * (and left out). */
+static json_t *sse_events(const char *body) {
+    json_t *events = json_array();
+    for (const char *b = body; b && *b;) {
+        const char *end = strstr(b, "\n\n"), *stop = end ? end : b + strlen(b);
+        if (!strncmp(b, "data: ", 6)) {
+            size_t n = (size_t)(stop - b - 6);
+            json_t *e = n == 6 && !strncmp(b + 6, "[DONE]", 6) ? json_string("[DONE]")
+                                                               : json_loadb(b + 6, n, 0, NULL);
+            CHECK(e != NULL, "SSE event is not JSON: %.*s", (int)(n < 200 ? n : 200), b + 6);
+            if (e) json_array_append_new(events, e);
+        }
+        b = end ? end + 2 : stop;
+    }
+    return events;
+}
+
+/* POSTs body with "stream": true and returns its status; *events gets the SSE events (sse_events). */
 static int stream(const char *path, json_t *body, json_t **events) {
     json_object_set_new(body, "stream", json_true());
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     http_resp r = request("POST", path, s, strlen(s));
     free(s);
-    *events = json_array();
-    for (char *b = r.body; b && *b;) {
-        char *end = strstr(b, "\n\n"), *stop = end ? end : b + strlen(b);
-        if (!strncmp(b, "data: ", 6)) {
-            size_t n = (size_t)(stop - b - 6);
-            json_t *e = n == 6 && !strncmp(b + 6, "[DONE]", 6) ? json_string("[DONE]")
-                                                               : json_loadb(b + 6, n, 0, NULL);
-            CHECK(e != NULL, "SSE event is not JSON: %.*s", (int)(n < 200 ? n : 200), b + 6);
-            if (e) json_array_append_new(*events, e);
-        }
-        b = end ? end + 2 : stop;
-    }
+    *events = sse_events(r.body);
     free(r.body);
     return r.status;
 }
@@ -993,6 +1002,359 @@ static void test_metrics(void) {
     free(r.body);
 }
 
+/* ==== Issue 33: validation, sampler, logprobs, cancellation, shutdown, model names ==== */
+
+/* An error that names the field at fault: OpenAI's {"error": {"message", "type", "param", "code"}}. */
+static void error_param(int status, json_t *body, int want, const char *param, const char *what) {
+    error_ok(status, body, want, what);
+    CHECK(streq(js(body, "error/param"), param), "%s: the error names '%s': %s", what, param, show(body));
+}
+
+static json_t *hi_chat(int max_tokens) {
+    return json_pack("{s:[{s:s,s:s}],s:i,s:i,s:{s:b}}", "messages", "role", "user", "content", "hi", "max_tokens",
+                     max_tokens, "temperature", 0, "chat_template_kwargs", "enable_thinking", 0);
+}
+
+/* body with key set to the JSON text value; posted to path, expected to be refused naming param. */
+static void refused(const char *path, json_t *body, const char *key, const char *value, const char *param) {
+    json_t *r, *v = json_loads(value, JSON_DECODE_ANY, NULL);
+    if (!v) die("bad test JSON %s", value);
+    json_object_set_new(body, key, v);
+    int s = post(path, body, &r);
+    char what[200];
+    snprintf(what, sizeof what, "%s: %s", key, value);
+    error_param(s, r, 400, param, what);
+    json_decref(r);
+}
+
+static const char weather_tool[] = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                                   "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]";
+
+static json_t *tool_chat(const char *choice) {
+    json_t *b = hi_chat(12);
+    json_object_set_new(b, "tools", json_loads(weather_tool, 0, NULL));
+    json_object_set_new(b, "tool_choice", json_loads(choice, JSON_DECODE_ANY, NULL));
+    return b;
+}
+
+/* Fields that were accepted and ignored: refused naming the field, or (tool_choice) honoured. */
+static void test_validation(void) {
+    refused(chat_path, hi_chat(2), "response_format", "{\"type\": \"json_object\"}", "response_format");
+    refused(chat_path, hi_chat(2), "response_format", "{\"type\": \"json_schema\", \"json_schema\": {}}",
+            "response_format");
+    refused(chat_path, hi_chat(2), "tools", "[5]", "tools[0]");
+    refused(chat_path, hi_chat(2), "tools", "[{\"type\": \"function\", \"function\": {\"name\": \"\"}}]",
+            "tools[0].function.name");
+    refused(chat_path, hi_chat(2), "tools", "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 3}}]",
+            "tools[0].function.parameters");
+    refused(chat_path, hi_chat(2), "tool_choice", "\"required\"", "tool_choice"); /* no tools */
+    refused(chat_path, tool_chat("\"auto\""), "tool_choice", "\"sometimes\"", "tool_choice");
+    refused(chat_path, tool_chat("\"auto\""), "tool_choice", "{\"type\": \"function\", \"function\": {\"name\": \"nope\"}}",
+            "tool_choice");
+    refused("/v1/completions", json_pack("{s:s,s:i}", "prompt", "hi", "max_tokens", 2), "echo", "true", "echo");
+    refused("/v1/completions", json_pack("{s:s,s:i}", "prompt", "hi", "max_tokens", 2), "best_of", "2", "best_of");
+    json_t *r, *b = hi_chat(2);
+    json_object_set_new(b, "response_format", json_pack("{s:s}", "type", "text"));
+    int s = post(chat_path, b, &r);
+    CHECK(s == 200, "response_format text is fine: %d %s", s, show(r));
+    json_decref(r);
+    /* a named function: the answer is a call of it, whatever the (random) model would have said */
+    s = post(chat_path, tool_chat("{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}"), &r);
+    CHECK(s == 200 && streq(js(r, "choices/0/finish_reason"), "tool_calls") &&
+              streq(js(r, "choices/0/message/tool_calls/0/function/name"), "get_weather"),
+          "tool_choice naming get_weather calls it: %s", show(r));
+    json_decref(r);
+    /* required: the answer starts as a tool call (it parses as one when the model goes on to name a function) */
+    s = post(chat_path, tool_chat("\"required\""), &r);
+    const char *content = js(r, "choices/0/message/content");
+    CHECK(s == 200 && (jp(r, "choices/0/message/tool_calls") || (content && !strncmp(content, "<tool_call>", 11))),
+          "tool_choice required starts a tool call: %s", show(r));
+    json_decref(r);
+    s = post(chat_path, tool_chat("\"none\""), &r);
+    CHECK(s == 200 && !jp(r, "choices/0/message/tool_calls"), "tool_choice none: %s", show(r));
+    json_decref(r);
+}
+
+static json_t *fox_body(int max_tokens) {
+    return json_pack("{s:s,s:i,s:i}", "prompt", quick_fox, "max_tokens", max_tokens, "temperature", 0);
+}
+
+/* The server's penalties and bias equal qwenrt generate's flags of the same names; min_p 1 keeps only the top
+ * token, so sampling at temperature 1 becomes greedy; a +100 bias forces a token; bad values are refused. */
+static void test_sampler(void) {
+    refused("/v1/completions", fox_body(2), "logit_bias", "{\"99999\": 1}", "logit_bias");
+    refused("/v1/completions", fox_body(2), "logit_bias", "{\"x\": 1}", "logit_bias");
+    refused("/v1/completions", fox_body(2), "logit_bias", "{\"5\": 101}", "logit_bias");
+    refused("/v1/completions", fox_body(2), "presence_penalty", "3", "presence_penalty");
+    refused("/v1/completions", fox_body(2), "frequency_penalty", "-2.5", "frequency_penalty");
+    refused("/v1/completions", fox_body(2), "repetition_penalty", "0", "repetition_penalty");
+    refused("/v1/completions", fox_body(2), "min_p", "1.5", "min_p");
+    json_t *r, *b = fox_body(4);
+    json_object_set_new(b, "logit_bias", json_pack("{s:i}", "1234", 100));
+    int s = post("/v1/completions", b, &r);
+    reference forced = {.toks = {1234, 1234, 1234, 1234}, .n = 4};
+    char *want = detok(&forced);
+    CHECK(s == 200 && streq(js(r, "choices/0/text"), want), "logit_bias +100 forces token 1234: %s vs \"%s\"", show(r),
+          want);
+    free(want), json_decref(r);
+
+    reference greedy = reference_tokens("-p", (char *)quick_fox, "-n", "8", NULL);
+    want = detok(&greedy);
+    b = json_pack("{s:s,s:i,s:f,s:f,s:i}", "prompt", quick_fox, "max_tokens", PARITY_N, "temperature", 1.0, "min_p",
+                  1.0, "seed", 7);
+    s = post("/v1/completions", b, &r);
+    CHECK(s == 200 && streq(js(r, "choices/0/text"), want), "min_p 1 samples the greedy text: %s vs \"%s\"", show(r),
+          want);
+    free(want), json_decref(r);
+
+    reference pen = reference_tokens("-p", (char *)quick_fox, "-n", "8", "--repeat-penalty", "1.5", "--presence-penalty",
+                                     "0.5", "--frequency-penalty", "1", "--logit-bias", "1234=3", NULL);
+    want = detok(&pen);
+    b = json_pack("{s:s,s:i,s:i,s:f,s:f,s:f,s:{s:i}}", "prompt", quick_fox, "max_tokens", PARITY_N, "temperature", 0,
+                  "repetition_penalty", 1.5, "presence_penalty", 0.5, "frequency_penalty", 1.0, "logit_bias", "1234", 3);
+    s = post("/v1/completions", b, &r);
+    CHECK(s == 200 && streq(js(r, "choices/0/text"), want), "penalties equal qwenrt generate's: %s vs \"%s\"", show(r),
+          want);
+    free(want), json_decref(r);
+}
+
+/* Greedy with presence / frequency penalties, checked exactly from the reported (raw) logprobs: each token is the
+ * argmax of logprob - frequency * count - presence * (count > 0) over the top 20 (8 steps penalise at most 8
+ * tokens, so the adjusted argmax is among them). */
+static void test_penalty_logprobs(void) {
+    const double pres = 0.7, freq = 0.9;
+    json_t *r, *b = json_pack("{s:s,s:i,s:i,s:f,s:f,s:i}", "prompt", quick_fox, "max_tokens", PARITY_N, "temperature", 0,
+                              "presence_penalty", pres, "frequency_penalty", freq, "logprobs", 5);
+    json_object_set_new(b, "logprobs", json_integer(5));
+    post("/v1/completions", b, &r);
+    json_t *tokens = jp(r, "choices/0/logprobs/tokens"), *tops = jp(r, "choices/0/logprobs/top_logprobs");
+    CHECK(json_array_size(tokens) > 0, "penalised logprobs: %s", show(r));
+    /* counts by token text: the top_logprobs maps are keyed by text */
+    json_t *count = json_object();
+    for (size_t i = 0; i < json_array_size(tokens); i++) {
+        const char *tok = json_string_value(json_array_get(tokens, i)), *best = NULL, *key;
+        double best_v = -INFINITY;
+        json_t *v;
+        json_object_foreach(json_array_get(tops, i), key, v) {
+            long long c = json_integer_value(json_object_get(count, key));
+            double adj = json_number_value(v) - freq * (double)c - (c ? pres : 0);
+            if (adj > best_v) best_v = adj, best = key;
+        }
+        /* a choice outside the top 5 is right only when all of them were penalised */
+        bool outside = !json_object_get(json_array_get(tops, i), tok), all_penalised = true;
+        json_object_foreach(json_array_get(tops, i), key, v) all_penalised &= json_object_get(count, key) != NULL;
+        CHECK(outside ? all_penalised : streq(best, tok), "step %zu: chose \"%s\", the penalised argmax of its top 5 is "
+              "\"%s\"", i, tok, best ? best : "");
+        json_object_set_new(count, tok, json_integer(json_integer_value(json_object_get(count, tok)) + 1));
+    }
+    json_decref(count);
+    json_decref(r);
+}
+
+/* logprobs in the OpenAI shapes, non-streamed and streamed; greedy picks the most likely token. */
+static void test_logprobs(void) {
+    refused(chat_path, hi_chat(2), "top_logprobs", "21", "top_logprobs");
+    refused(chat_path, hi_chat(2), "top_logprobs", "2", "top_logprobs"); /* without logprobs: true */
+    refused("/v1/completions", fox_body(2), "logprobs", "6", "logprobs");
+    json_t *r, *b = fox_body(PARITY_N);
+    json_object_set_new(b, "logprobs", json_integer(3));
+    int s = post("/v1/completions", b, &r);
+    json_t *lp = jp(r, "choices/0/logprobs");
+    size_t n = json_array_size(json_object_get(lp, "tokens"));
+    CHECK(s == 200 && n > 0 && n == json_array_size(json_object_get(lp, "token_logprobs")) &&
+              n == json_array_size(json_object_get(lp, "top_logprobs")) &&
+              n == json_array_size(json_object_get(lp, "text_offset")),
+          "completion logprobs: %s", show(r));
+    size_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        double chosen = json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), i)), top = -INFINITY;
+        json_t *alts = json_array_get(json_object_get(lp, "top_logprobs"), i), *v;
+        const char *key;
+        json_object_foreach(alts, key, v) top = fmax(top, json_number_value(v));
+        CHECK(chosen <= 0 && fabs(chosen - top) < 1e-4 && json_object_size(alts) <= 3 && json_object_size(alts) >= 1,
+              "token %zu: logprob %g, best alternative %g: %s", i, chosen, top, show(alts));
+        /* offsets count bytes; a token holding part of a character is written as \xHH, so stop checking there */
+        const char *tok = json_string_value(json_array_get(json_object_get(lp, "tokens"), i));
+        if (offset == SIZE_MAX || (tok && strstr(tok, "\\x"))) {
+            offset = SIZE_MAX;
+            continue;
+        }
+        CHECK(ji(lp, "text_offset/0") == 0 &&
+                  (size_t)json_integer_value(json_array_get(json_object_get(lp, "text_offset"), i)) == offset,
+              "text_offset %zu: %s", i, show(json_object_get(lp, "text_offset")));
+        offset += tok ? strlen(tok) : 0;
+    }
+    json_decref(r);
+
+    b = hi_chat(PARITY_N);
+    json_object_set_new(b, "logprobs", json_true());
+    json_object_set_new(b, "top_logprobs", json_integer(2));
+    s = post(chat_path, json_deep_copy(b), &r);
+    json_t *content = jp(r, "choices/0/logprobs/content");
+    n = json_array_size(content);
+    CHECK(s == 200 && n > 0, "chat logprobs: %s", show(r));
+    for (size_t i = 0; i < n; i++) {
+        json_t *item = json_array_get(content, i);
+        CHECK(js(item, "token") && json_array_size(jp(item, "top_logprobs")) == 2 && json_is_array(jp(item, "bytes")) &&
+                  fabs(json_number_value(jp(item, "logprob")) - json_number_value(jp(item, "top_logprobs/0/logprob"))) < 1e-4,
+              "chat logprobs item %zu: %s", i, show(item));
+    }
+    json_t *ev;
+    stream(chat_path, b, &ev);
+    size_t streamed = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++)
+        streamed += json_array_size(jp(json_array_get(ev, i), "choices/0/logprobs/content"));
+    CHECK(streamed == n, "streamed chat logprobs: %zu entries, %zu not streamed", streamed, n);
+    json_decref(ev);
+    json_decref(r);
+}
+
+/* The served id and its --alias are accepted; other names get 404 model_not_found naming the served id. */
+static void test_models(void) {
+    json_t *r, *b = hi_chat(2);
+    json_object_set_new(b, "model", json_string("gpt-nope"));
+    int s = post(chat_path, b, &r);
+    error_param(s, r, 404, "model", "unknown model");
+    CHECK(streq(js(r, "error/code"), "model_not_found") && js(r, "error/message") && strstr(js(r, "error/message"), "'fx'"),
+          "unknown model: %s", show(r));
+    json_decref(r);
+    const char *names[] = {"fx", "fx-alias"};
+    for (int i = 0; i < 2; i++) {
+        b = hi_chat(2);
+        json_object_set_new(b, "model", json_string(names[i]));
+        s = post(chat_path, b, &r);
+        CHECK(s == 200, "model %s: %d %s", names[i], s, show(r));
+        json_decref(r);
+    }
+    http_resp m = get("/v1/models");
+    json_t *j = parse(&m);
+    CHECK(streq(js(j, "data/0/id"), "fx") && streq(js(j, "data/1/id"), "fx-alias"), "/v1/models: %s", show(j));
+    json_decref(j);
+    free(m.body);
+}
+
+/* Sends body to path on a raw socket and hangs up after ms. */
+static void hang_up_after(const char *path, json_t *body, int ms) {
+    char *s = json_dumps(body, JSON_COMPACT), head[256];
+    json_decref(body);
+    int h = snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n", path, strlen(s));
+    int fd = http_open(30);
+    CHECK(fd >= 0 && send_all(fd, head, (size_t)h) && send_all(fd, s, strlen(s)), "send the abandoned request");
+    sleep_ms(ms);
+    if (fd >= 0) close(fd);
+    free(s);
+}
+
+/* A client that hangs up during a long prefill cancels it between pieces: the next request does not wait for the
+ * whole prefill, and the session keeps what was prefilled (the same prompt then reuses it, same greedy output). */
+static void test_prefill_cancel(void) {
+    enum { N = 1000 };
+    int ids[N], other[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 29 + 3) % 1990, other[i] = (i * 31 + 5) % 1990;
+    json_t *full, *again;
+    double t0 = now_s();
+    post("/v1/completions", ids_body(other, N, 2), &full); /* a full prefill of as many tokens, timed */
+    double t_full = now_s() - t0;
+    json_decref(full);
+    int s = post("/v1/completions", ids_body(ids, N, 2), &full); /* the reference answer for ids */
+    for (int streamed = 0; streamed < 2; streamed++) {
+        json_t *b = ids_body(other, 3, 1); /* leave the session elsewhere, so ids start cold */
+        post("/v1/completions", b, &again), json_decref(again);
+        b = ids_body(ids, N, 400);
+        if (streamed) json_object_set_new(b, "stream", json_true());
+        hang_up_after("/v1/completions", b, 300);
+        t0 = now_s();
+        int s2 = post("/v1/completions", ids_body(ids, N, 2), &again);
+        double t = now_s() - t0;
+        printf("prefill cancel (%s): full prefill %.2f s; the same prompt after a hang-up answered in %.2f s, %lld "
+               "tokens reused\n", streamed ? "streamed" : "whole body", t_full, t,
+               ji(again, "usage/prompt_tokens_details/cached_tokens"));
+        CHECK(s == 200 && s2 == 200 && streq(js(again, "choices/0/text"), js(full, "choices/0/text")),
+              "after a cancelled prefill the same prompt answers as before: %s vs %s", show(again), show(full));
+        CHECK(ji(again, "usage/prompt_tokens_details/cached_tokens") > 0,
+              "the cancelled prefill kept its finished pieces: %s", show(jp(again, "usage")));
+        CHECK(t < 1.6 * t_full, "the abandoned prefill did not run to its end first: %.2f s vs %.2f s", t, t_full);
+        json_decref(again);
+    }
+    json_decref(full);
+}
+
+typedef struct {
+    json_t *body, *events;
+    int status;
+} bg_request;
+
+static void *bg_stream(void *arg) {
+    bg_request *q = arg;
+    q->status = stream("/v1/completions", q->body, &q->events);
+    return NULL;
+}
+
+/* Sends a streamed completion on a raw socket and returns the socket once its first event arrived (peeked, not
+ * read: read_response then reads the whole answer); -1 on failure. */
+static int stream_started(json_t *body) {
+    json_object_set_new(body, "stream", json_true());
+    char *s = json_dumps(body, JSON_COMPACT), head[256], peek[1 << 14];
+    json_decref(body);
+    int h = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", strlen(s));
+    int fd = http_open(REQUEST_S);
+    bool ok = fd >= 0 && send_all(fd, head, (size_t)h) && send_all(fd, s, strlen(s));
+    free(s);
+    for (double deadline = now_s() + REQUEST_S; ok; sleep_ms(5)) {
+        ssize_t k = recv(fd, peek, sizeof peek - 1, MSG_PEEK);
+        ok = k > 0 && now_s() < deadline;
+        if (ok && (peek[k] = 0, strstr(peek, "data: "))) return fd;
+    }
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+/* SIGTERM with --shutdown-grace 3 while one request streams and a long one waits behind it: the first still
+ * finishes in full; the long one, cut after the grace, ends with an error event, never with a finish_reason;
+ * the server exits 0. */
+static void test_shutdown(void) {
+    reference ref = reference_tokens("-p", (char *)quick_fox, "-n", "40", NULL);
+    json_t *short_body = fox_body(40);
+    json_object_set_new(short_body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    int fd = stream_started(short_body);
+    CHECK(fd >= 0, "the first request streams");
+    bg_request longq = {.body = fox_body(1000)};
+    pthread_t tl;
+    if (pthread_create(&tl, NULL, bg_stream, &longq)) die("pthread_create");
+    /* SIGTERM as soon as the long one waits in the queue, while the first still generates */
+    for (double deadline = now_s() + 30; now_s() < deadline; sleep_ms(5)) {
+        http_resp m = get("/metrics");
+        double depth = m.body ? metric(m.body, "qwenrt_queue_depth") : -1;
+        free(m.body);
+        if (depth >= 1) break;
+    }
+    double t0 = now_s();
+    int rc = stop_server();
+    double t = now_s() - t0;
+    pthread_join(tl, NULL);
+    http_resp r = fd >= 0 ? read_response(fd, now_s() + REQUEST_S) : (http_resp){0};
+    if (fd >= 0) close(fd);
+    json_t *short_ev = sse_events(r.body);
+    free(r.body);
+    CHECK(rc == 0, "the server exits 0 on SIGTERM (AddressSanitizer reports leaks as non-zero): %d; log in "
+          "%s/server.log", rc, scratch);
+    json_t *usage = jp(json_array_get(short_ev, json_array_size(short_ev) - 2), "usage");
+    CHECK(r.status == 200 && ji(usage, "completion_tokens") == ref.n + ref.stopped && is_done(short_ev),
+          "a request in flight at SIGTERM finishes within the grace: %d, usage %s", r.status, show(usage));
+    bool error = false, stopped = false;
+    for (size_t i = 0; i < json_array_size(longq.events); i++) {
+        json_t *e = json_array_get(longq.events, i);
+        error |= json_object_get(e, "error") != NULL;
+        stopped |= js(e, "choices/0/finish_reason") != NULL;
+    }
+    CHECK(error && !stopped && is_done(longq.events), "a generation cut by shutdown ends with an error: %zu events, last %s",
+          json_array_size(longq.events), show(json_array_get(longq.events, json_array_size(longq.events) - 2)));
+    printf("shutdown: SIGTERM to exit %.2f s; the long request had %zu events\n", t, json_array_size(longq.events));
+    json_decref(short_ev), json_decref(longq.events);
+}
+
 /* ==== main ==== */
 
 static void section(const char *name, void (*fn)(void)) {
@@ -1071,7 +1433,8 @@ int main(int argc, char **argv) {
     make_fixture();
     char queue[16];
     snprintf(queue, sizeof queue, "%d", QUEUE);
-    char *extra[] = {"--ctx", "1024", "--queue", queue, "--max-body", "200000", "--spec-k", "2", NULL};
+    char *extra[] = {"--ctx", "1024", "--queue", queue, "--max-body", "200000", "--spec-k", "2", "--alias", "fx-alias",
+                     "--shutdown-grace", "3", NULL};
     start_server(extra);
     section("basics", test_basics);
     section("parity", test_parity);
@@ -1082,10 +1445,15 @@ int main(int argc, char **argv) {
     section("load", test_load);
     section("metrics", test_metrics);
     section("queue_full", test_queue_full);
-    int rc = stop_server();
-    CHECK(rc == 0, "the server exits 0 on SIGTERM (AddressSanitizer reports leaks as non-zero): %d; log in "
-          "%s/server.log", rc, scratch);
+    section("validation", test_validation);
+    section("sampler", test_sampler);
+    section("penalty_logprobs", test_penalty_logprobs);
+    section("logprobs", test_logprobs);
+    section("models", test_models);
+    section("prefill_cancel", test_prefill_cancel);
+    section("shutdown", test_shutdown);
 
+    /* test_shutdown has stopped the server: the NaN-weights fixture runs on a server of its own */
     char good[sizeof fx];
     snprintf(good, sizeof good, "%s", fx);
     snprintf(fx, sizeof fx, "%s/fx-nan", scratch);

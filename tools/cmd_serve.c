@@ -16,7 +16,7 @@
 static const char *usage_serve =
     "usage: qwenrt serve -m DIR [--mtp DIR] [--host 127.0.0.1] [--port 8080] [--queue N] [--max-body BYTES]\n"
     "                    [-c|--ctx N] [--spec-k K] [--no-prefix-reuse] [--template qwen3.5|qwen3.6]\n"
-    "                    [-t|--threads N] [--device auto|cpu|cuda]\n"
+    "                    [-t|--threads N] [--device auto|cpu|cuda] [--alias NAME]... [--shutdown-grace SECONDS]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions (streamed with\n"
     "\"stream\": true), GET /v1/models, /health, /metrics (Prometheus). One generation runs at a time; up to\n"
@@ -33,6 +33,12 @@ static const char *usage_serve =
     "                      request's tokens continues from its state)\n"
     "  --template          chat template dialect (default qwen3.6; see src/tokenizer/chat.h)\n"
     "Requests choose their own sampling and stop strings (the OpenAI fields temperature, top_p, stop, ...).\n"
+    "  --alias NAME        another name a request's \"model\" may give (repeatable); the id is DIR's folder name,\n"
+    "                      and any other name gets 404 model_not_found\n"
+    "  --shutdown-grace S  after SIGINT / SIGTERM, new requests get 503 while running and queued ones have S\n"
+    "                      seconds to finish (default 10); one cut after that ends with an error, never as complete\n"
+    "Requests may set min_p, repetition_penalty, presence_penalty, frequency_penalty, logit_bias and logprobs;\n"
+    "any of these decodes that request without speculation (drafts are verified against the raw logits).\n"
     "Stop with SIGINT or SIGTERM.\n";
 
 static const char *usage_chat =
@@ -51,7 +57,10 @@ static const char *usage_chat =
     "                   on stderr (\"seed: S\"), so the chat can be repeated\n"
     "  -c N             the conversation's context in tokens (default 8192; also --ctx, --ctx-size)\n"
     "  -t N             CPU threads (default: every core; also --threads)\n"
-    "A prompt longer than 512 tokens shows a prefill line on stderr while it runs, when stderr is a terminal.\n";
+    "A prompt longer than 512 tokens shows a prefill line on stderr while it runs, when stderr is a terminal.\n"
+    QRT_TOOL_SAMPLING_USAGE;
+
+#define MAX_ALIASES 16
 
 typedef struct {
     const char *model, *mtp, *host, *system;
@@ -61,23 +70,33 @@ typedef struct {
     size_t max_body;
     qrt_chat_dialect dialect;
     qrt_sampling sampling;
+    double shutdown_grace;
+    const char *aliases[MAX_ALIASES];
+    int n_aliases;
 } serve_args;
 
 static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
     a->host = "127.0.0.1", a->port = 8080, a->queue = 16, a->max_body = 8u << 20, a->ctx = 8192;
-    a->spec_k = QRT_SPEC_DEFAULT, a->dialect = QRT_CHAT_QWEN36, a->n = 4096;
+    a->spec_k = QRT_SPEC_DEFAULT, a->dialect = QRT_CHAT_QWEN36, a->n = 4096, a->shutdown_grace = 10;
     a->sampling.temperature = 0.7f, a->sampling.top_p = 0.95f, a->sampling.top_k = 20;
     int chat = !strcmp(cmd, "chat");
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
+        int sflag = 0;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) a->help = 1;
         else if (!chat && !strcmp(f, "--no-prefix-reuse")) a->no_reuse = 1;
         else if (chat && !strcmp(f, "--no-think")) a->no_think = 1;
         else if (chat && !strcmp(f, "--hide-thinking")) a->hide_thinking = 1;
         else if (!v) return fprintf(stderr, "qwenrt %s: unknown option '%s' or it needs a value (see --help)\n", cmd, f), 0;
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v, i++;
+        else if (chat && (sflag = qrt_tool_sampling_flag(cmd, f, v, &a->sampling)) != 0) {
+            if (sflag < 0) return 0;
+            i++;
+        } else if (!chat && !strcmp(f, "--alias")) {
+            if (a->n_aliases >= MAX_ALIASES) return fprintf(stderr, "qwenrt serve: at most %d --alias names\n", MAX_ALIASES), 0;
+            a->aliases[a->n_aliases++] = v, i++;
+        } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v, i++;
         else if (!strcmp(f, "--mtp")) a->mtp = v, i++;
         else if (!chat && !strcmp(f, "--host")) a->host = v, i++;
         else if (chat && !strcmp(f, "--system")) a->system = v, i++;
@@ -103,6 +122,7 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
                 {"--ctx", 16, 1 << 24, 0, 0}, {"--threads", 1, 4096, 0, 0}, {"--spec-k", 0, QRT_SPEC_MAX_K, 0, 0},
                 {"-n", 1, 1 << 24, 0, 1}, {"--temperature", 0, 100, 0, 1}, {"--top-p", 0, 1, 0, 1},
                 {"--top-k", 0, 1 << 22, 0, 1}, {"--seed", 0, 4294967295.0, 0, 1},
+                {"--shutdown-grace", 0, 86400, 1, 0},
             };
             /* llama.cpp's spellings of the same options */
             const char *name = !strcmp(f, "-c") || !strcmp(f, "--ctx-size") ? "--ctx" : !strcmp(f, "-t") ? "--threads" : f;
@@ -123,7 +143,8 @@ static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
             case 7: a->sampling.temperature = (float)x; break;
             case 8: a->sampling.top_p = (float)x; break;
             case 9: a->sampling.top_k = (int32_t)x; break;
-            default: a->sampling.seed = (uint64_t)x, a->seed_given = 1; break;
+            case 10: a->sampling.seed = (uint64_t)x, a->seed_given = 1; break;
+            default: a->shutdown_grace = x; break;
             }
             i++;
         }
@@ -136,7 +157,8 @@ int qrt_cmd_serve(int argc, char **argv) {
     serve_args a;
     if (!parse("serve", argc, argv, &a)) return 2;
     if (a.help) return fputs(usage_serve, stdout), 0;
-    qrt_serve_opts o = {.host = a.host, .port = a.port, .max_body = a.max_body,
+    qrt_serve_opts o = {.host = a.host, .port = a.port, .max_body = a.max_body, .shutdown_grace = a.shutdown_grace,
+                        .aliases = a.aliases, .n_aliases = a.n_aliases,
                         .engine = {.model_dir = a.model, .mtp_dir = a.mtp, .threads = a.threads, .device = a.device,
                                    .ctx = a.ctx, .spec_k = a.spec_k, .prefix_reuse = !a.no_reuse,
                                    .queue_max = a.queue, .dialect = a.dialect}};
@@ -259,6 +281,10 @@ int qrt_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "qwenrt chat: %s\n", qrt_last_error());
         qrt_tokenizer_free(tok), qrt_model_free(m);
         return 1;
+    }
+    if (!qrt_tool_check_logit_bias("chat", &a.sampling, qrt_model_vocab(m))) {
+        qrt_reuse_free(&r), qrt_tokenizer_free(tok), qrt_model_free(m);
+        return 2;
     }
     int32_t stop_ids[3] = {qrt_tokenizer_token_id(tok, "<|im_end|>"), qrt_tokenizer_token_id(tok, "<|endoftext|>"),
                            qrt_model_eos(m)};

@@ -62,6 +62,7 @@ static const char *usage_generate =
     "                   16; needs a text prompt (-p or -f)\n"
     "  --seed S         the sampler's seed (0..2147483647); without it a random seed is drawn and printed on\n"
     "                   stderr (\"seed: S\"), so a sampled run can be repeated\n"
+    QRT_TOOL_SAMPLING_USAGE
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
     "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
     "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
@@ -143,7 +144,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        int takes = 1, sflag;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1, takes = 0;
         else if (!strcmp(f, "--json")) a->json = 1, takes = 0;
         else if (!strcmp(f, "--no-eos")) a->no_eos = 1, takes = 0;
@@ -200,6 +201,8 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
             if (!qrt_tool_int(cmd, f, v, 0, INT32_MAX, &seed)) return 0;
             a->sampling.seed = (uint64_t)seed;
             a->seed_given = 1;
+        } else if ((sflag = qrt_tool_sampling_flag(cmd, f, v, &a->sampling)) != 0) {
+            if (sflag < 0) return 0;
         } else {
             fprintf(stderr, "qwenrt %s: unknown option '%s' (see qwenrt %s --help)\n", cmd, f, cmd);
             return 0;
@@ -430,8 +433,9 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *out = calloc((size_t)a.n + 1, sizeof *out);
     int rc = 1;
     int ctx = a.ctx ? a.ctx : n + a.n;
-    if (m && out && (!tok || qrt_tokenizer_check_model(tok, m, a.model) == QRT_OK) &&
-        qrt_session_new(m, ctx, &s) == QRT_OK) {
+    if (m && !qrt_tool_check_logit_bias("generate", &a.sampling, qrt_model_vocab(m))) rc = 2;
+    else if (m && out && (!tok || qrt_tokenizer_check_model(tok, m, a.model) == QRT_OK) &&
+             qrt_session_new(m, ctx, &s) == QRT_OK) {
         qrt_gen_opts go = {.max_new = a.n, .stop_eos = !a.no_eos, .spec_k = a.spec_k, .sampling = a.sampling,
                            .on_token = on_token, .user = &g};
         qrt_gen_stats gs;
@@ -444,7 +448,7 @@ static int cmd_generate(int argc, char **argv) {
             print_generate_result(&a, out, &gs);
         }
     }
-    if (m && rc && !g.failed) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
+    if (m && rc == 1 && !g.failed) fprintf(stderr, "qwenrt generate: %s\n", qrt_last_error());
     qrt_stop_free(&g.stop);
     qrt_detok_stream_free(g.stream);
     qrt_tokenizer_free(tok);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "engine/spec.h"
+#include "model/model.h"
 
 static int is_eos(const qrt_config *c, int32_t id) {
     for (int i = 0; i < c->n_eos; i++)
@@ -18,10 +19,27 @@ static int emit(const qrt_config *c, const qrt_gen_opts *opts, qrt_gen_stats *st
 }
 
 /* NaN weights would otherwise run silently (the greedy pick of a NaN row is meaningless): the logits after the
- * token at position pos must be finite. Greedy sees only the backend's pick, which flags such a row. */
-static qrt_status check_logits(const qrt_chooser *ch, const float *logits, int32_t V, int32_t next, int32_t pos) {
-    const int bad = ch->greedy ? next == QRT_PICK_NONFINITE : !qrt_all_finite(logits, (size_t)V);
+ * token at position pos must be finite. Without host logits (greedy) only the backend's pick is seen, which flags
+ * such a row. */
+static qrt_status check_logits(const float *logits, int32_t V, int32_t next, int32_t pos) {
+    const int bad = logits ? !qrt_all_finite(logits, (size_t)V) : next == QRT_PICK_NONFINITE;
     return bad ? qrt_fail_nonfinite(pos, "") : QRT_OK;
+}
+
+/* Prefill ids in pieces of QRT_MAX_T (the pieces qrt_forward cuts a long input into anyway, so the result is the
+ * same), checking opts->cancel between them; the last piece gives the first choice. *cancelled: stopped early. */
+static qrt_status prefill_pieces(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, float *logits,
+                                 int32_t *pick, int *cancelled) {
+    int32_t start = 0;
+    *cancelled = 0;
+    if (opts->cancel)
+        for (; n - start > QRT_MAX_T; start += QRT_MAX_T) {
+            if (opts->cancel(opts->user)) return *cancelled = 1, QRT_OK;
+            QRT_TRY(qrt_forward(s, ids + start, QRT_MAX_T, NULL, 0, NULL));
+        }
+    if (opts->cancel && opts->cancel(opts->user)) return *cancelled = 1, QRT_OK;
+    return logits ? qrt_prefill(s, ids + start, n - start, logits)
+                  : qrt_forward_greedy(s, ids + start, n - start, NULL, 1, pick);
 }
 
 static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts,
@@ -29,19 +47,24 @@ static qrt_status generate_plain(qrt_session *s, const int32_t *ids, int32_t n, 
     const qrt_config *c = &s->m->cfg;
     qrt_chooser ch;
     QRT_TRY(qrt_chooser_init(&ch, c->vocab, &opts->sampling));
-    /* greedy takes each token's argmax from the backend; sampling needs the logits on the host */
-    float *logits = ch.greedy ? NULL : qrt_calloc((size_t)c->vocab, sizeof(float));
-    qrt_status rc = ch.greedy || logits ? QRT_OK : QRT_ERR_MEMORY;
+    qrt_chooser_observe(&ch, opts->history, opts->n_history);
+    qrt_chooser_observe(&ch, ids, n);
+    /* greedy takes each token's argmax from the backend; sampling (or a logits hook) needs the logits on the host */
+    int host = !ch.greedy || opts->on_logits;
+    float *logits = host ? qrt_calloc((size_t)c->vocab, sizeof(float)) : NULL;
+    qrt_status rc = !host || logits ? QRT_OK : QRT_ERR_MEMORY;
     int32_t next = 0;
+    int cancelled = 0;
     double t0 = qrt_now_ms(), t1 = t0;
-    if (rc == QRT_OK) rc = ch.greedy ? qrt_forward_greedy(s, ids, n, NULL, 1, &next) : qrt_prefill(s, ids, n, logits);
+    if (rc == QRT_OK) rc = prefill_pieces(s, ids, n, opts, logits, &next, &cancelled);
     t1 = qrt_now_ms();
     st->prefill_ms = t1 - t0;
-    while (rc == QRT_OK && (rc = check_logits(&ch, logits, c->vocab, next, s->pos - 1)) == QRT_OK) {
-        if (!ch.greedy) next = qrt_choose(&ch, logits);
+    while (rc == QRT_OK && !cancelled && (rc = check_logits(logits, c->vocab, next, s->pos - 1)) == QRT_OK) {
+        if (host) next = qrt_choose(&ch, logits);
+        if (opts->on_logits) opts->on_logits(logits, c->vocab, next, opts->user);
         if (emit(c, opts, st, out, next)) break;
         const int32_t id = next;
-        rc = ch.greedy ? qrt_forward_greedy(s, &id, 1, NULL, 1, &next) : qrt_decode(s, id, logits);
+        rc = host ? qrt_decode(s, id, logits) : qrt_forward_greedy(s, &id, 1, NULL, 1, &next);
     }
     st->decode_ms = qrt_now_ms() - t1;
     free(logits);
@@ -59,7 +82,7 @@ static qrt_status generate_spec(qrt_session *s, const int32_t *ids, int32_t n, i
     qrt_status rc = qrt_spec_prefill(&sp, ids, n, &first);
     double t1 = qrt_now_ms();
     st->prefill_ms = t1 - t0;
-    int done = rc != QRT_OK || emit(c, opts, st, out, first);
+    int done = rc != QRT_OK || first < 0 || emit(c, opts, st, out, first);
     int32_t cycle[QRT_SPEC_MAX_K + 1];
     while (!done) {
         int got = 0;
@@ -84,6 +107,8 @@ qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt
     if (opts->max_new == 0) return QRT_OK;
     /* a speculative cycle may run K tokens past the last one kept, so it needs that much room too */
     int K = opts->spec_k == QRT_SPEC_DEFAULT ? (s->m->mtp.present ? 6 : 0) : opts->spec_k;
+    /* drafts are verified against unadjusted logits and report none: such generations decode plainly */
+    if (qrt_sampling_adjusts(&opts->sampling) || opts->on_logits) K = 0;
     if (n + opts->max_new - 1 > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "prompt (%d) + new tokens (%d) exceed the session's context of %d; raise --ctx",
                         n, opts->max_new, s->max_ctx - s->pos);

@@ -22,6 +22,11 @@ double qrt_rng_uniform(qrt_rng *r) { return (double)(next_u64(r) >> 11) * (1.0 /
 
 int qrt_sampling_greedy(const qrt_sampling *sp) { return !sp || sp->temperature <= 0; }
 
+int qrt_sampling_adjusts(const qrt_sampling *sp) {
+    return sp && (sp->min_p > 0 || (sp->repetition_penalty > 0 && sp->repetition_penalty != 1) ||
+                  sp->presence_penalty != 0 || sp->frequency_penalty != 0 || sp->n_logit_bias > 0);
+}
+
 static const float *sort_keys;
 static int by_logit_desc(const void *a, const void *b) {
     float x = sort_keys[*(const int32_t *)a], y = sort_keys[*(const int32_t *)b];
@@ -51,6 +56,14 @@ void qrt_sampling_probs(const float *logits, int32_t V, const qrt_sampling *sp, 
         for (int32_t i = keep; i < n; i++) probs[work[i]] = 0;
         sum = kept;
     }
+    /* the best candidate has weight exp(0) = 1 before normalising, so min_p * p_max is min_p itself */
+    if (sp->min_p > 0) {
+        sum = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (probs[work[i]] < sp->min_p) probs[work[i]] = 0;
+            sum += probs[work[i]];
+        }
+    }
     for (int32_t i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
 }
 
@@ -69,13 +82,17 @@ int32_t qrt_sample_from(const float *probs, int32_t V, qrt_rng *r) {
 qrt_status qrt_chooser_init(qrt_chooser *ch, int32_t V, const qrt_sampling *sp) {
     memset(ch, 0, sizeof *ch);
     if (sp) ch->sampling = *sp;
-    ch->greedy = qrt_sampling_greedy(sp);
+    ch->adjust = qrt_sampling_adjusts(sp);
+    ch->greedy = qrt_sampling_greedy(sp) && !ch->adjust;
     ch->V = V;
     qrt_rng_seed(&ch->rng, ch->sampling.seed);
     if (ch->greedy) return QRT_OK;
     ch->p = qrt_calloc((size_t)V, sizeof(float));
     ch->work = qrt_calloc((size_t)V, sizeof(int32_t));
-    if (!ch->p || !ch->work) {
+    int adjust_ok = !ch->adjust || ((ch->adjusted = qrt_calloc((size_t)V, sizeof(float))) &&
+                                    (ch->count = qrt_calloc((size_t)V, sizeof(int32_t))) &&
+                                    (ch->seen = qrt_calloc((size_t)V, 1)));
+    if (!ch->p || !ch->work || !adjust_ok) {
         qrt_chooser_free(ch);
         return QRT_ERR_MEMORY;
     }
@@ -83,16 +100,49 @@ qrt_status qrt_chooser_init(qrt_chooser *ch, int32_t V, const qrt_sampling *sp) 
 }
 
 void qrt_chooser_free(qrt_chooser *ch) {
-    free(ch->p);
-    free(ch->work);
-    ch->p = NULL;
-    ch->work = NULL;
+    free(ch->p), free(ch->work), free(ch->adjusted), free(ch->count), free(ch->seen);
+    ch->p = ch->adjusted = NULL;
+    ch->work = ch->count = NULL;
+    ch->seen = NULL;
+}
+
+void qrt_chooser_observe(qrt_chooser *ch, const int32_t *ids, int32_t n) {
+    if (!ch->adjust) return;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < ch->V) ch->seen[ids[i]] = 1;
+}
+
+/* ch->adjusted = logits after the penalties (llama.cpp's order: repetition, then presence / frequency) and the
+ * bias. A bias of -100 bans the token, as OpenAI documents, rather than only lowering it. */
+static const float *adjust_logits(qrt_chooser *ch, const float *logits) {
+    const qrt_sampling *sp = &ch->sampling;
+    float *a = ch->adjusted, rp = sp->repetition_penalty;
+    memcpy(a, logits, (size_t)ch->V * sizeof *a);
+    if (rp > 0 && rp != 1)
+        for (int32_t i = 0; i < ch->V; i++)
+            if (ch->seen[i]) a[i] = a[i] > 0 ? a[i] / rp : a[i] * rp;
+    if (sp->presence_penalty != 0 || sp->frequency_penalty != 0)
+        for (int32_t i = 0; i < ch->V; i++)
+            if (ch->count[i]) a[i] -= (float)ch->count[i] * sp->frequency_penalty + sp->presence_penalty;
+    for (int32_t k = 0; k < sp->n_logit_bias; k++) {
+        const qrt_logit_bias *b = &sp->logit_bias[k];
+        if (b->id >= 0 && b->id < ch->V) a[b->id] = b->bias <= -100 ? -INFINITY : a[b->id] + b->bias;
+    }
+    return a;
 }
 
 int32_t qrt_choose(qrt_chooser *ch, const float *logits) {
     if (ch->greedy) return qrt_argmax(logits, ch->V);
-    qrt_sampling_probs(logits, ch->V, &ch->sampling, ch->p, ch->work);
-    return qrt_sample_from(ch->p, ch->V, &ch->rng);
+    const float *l = ch->adjust ? adjust_logits(ch, logits) : logits;
+    int32_t id = qrt_argmax(l, ch->V);
+    /* every token banned: the model's own choice rather than a distribution of NaNs */
+    if (l[id] == -INFINITY) id = qrt_argmax(logits, ch->V);
+    else if (!qrt_sampling_greedy(&ch->sampling)) {
+        qrt_sampling_probs(l, ch->V, &ch->sampling, ch->p, ch->work);
+        id = qrt_sample_from(ch->p, ch->V, &ch->rng);
+    }
+    if (ch->adjust) ch->count[id]++, ch->seen[id] = 1;
+    return id;
 }
 
 int qrt_all_finite(const float *x, size_t n) {

@@ -28,7 +28,8 @@ typedef struct {
 
 qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts *opts, qrt_gen_stats *stats);
 void qrt_spec_free(qrt_spec *sp);
-/* Prefill ids through the main model and the MTP head; the first generated token goes to *first. */
+/* Prefill ids through the main model and the MTP head; the first generated token goes to *first (-1 when
+ * opts->cancel stopped it between pieces). */
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first);
 /* One cycle; writes the accepted drafts and the bonus token to out [K+1] and how many to *n_out. Fails (with
  * *n_out = 0) only when the main model's or the MTP head's logits are not finite. */

@@ -2,6 +2,7 @@
  * and every job's output; readers wait on one condition that the worker broadcasts after each append. */
 #include "server/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ struct qrt_engine {
     pthread_cond_t work_cv, out_cv;
     qrt_job *head, *tail;
     int n_waiting, stopping;
+    int draining; /* shutting down: new requests are refused while the queued and running ones finish */
+    int running;  /* the worker is inside run_job */
     unsigned long long next_id;
 };
 
@@ -65,10 +68,30 @@ void qrt_job_release(qrt_job *j) {
 
 int qrt_job_streamed(const qrt_job *j) { return j->req.stream; }
 
-size_t qrt_job_read(qrt_job *j, char *dst, size_t max) {
+/* Wait on out_cv for at most 100 ms (e->mu held). */
+static void wait_a_while(qrt_engine *e) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 100000000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&e->out_cv, &e->mu, &t);
+}
+
+/* Whether the reader should stop waiting because its client left; the job is cancelled then (e->mu held; gone
+ * itself only looks at the socket). */
+static int reader_gone(qrt_job *j, qrt_client_gone gone, void *arg) {
+    if (!gone || !gone(arg)) return 0;
+    j->cancelled = 1;
+    return 1;
+}
+
+size_t qrt_job_read(qrt_job *j, char *dst, size_t max, qrt_client_gone gone, void *arg) {
     qrt_engine *e = j->e;
     pthread_mutex_lock(&e->mu);
-    while (j->read == j->out.n && !j->done) pthread_cond_wait(&e->out_cv, &e->mu);
+    while (j->read == j->out.n && !j->done) {
+        if (reader_gone(j, gone, arg)) break;
+        wait_a_while(e);
+    }
     size_t n = j->out.n - j->read < max ? j->out.n - j->read : max;
     if (n) memcpy(dst, j->out.p + j->read, n);
     j->read += n;
@@ -76,10 +99,13 @@ size_t qrt_job_read(qrt_job *j, char *dst, size_t max) {
     return n;
 }
 
-const char *qrt_job_wait(qrt_job *j, int *status, size_t *len) {
+const char *qrt_job_wait(qrt_job *j, int *status, size_t *len, qrt_client_gone gone, void *arg) {
     qrt_engine *e = j->e;
     pthread_mutex_lock(&e->mu);
-    while (!j->done) pthread_cond_wait(&e->out_cv, &e->mu);
+    while (!j->done) {
+        if (reader_gone(j, gone, arg)) return pthread_mutex_unlock(&e->mu), NULL;
+        wait_a_while(e);
+    }
     pthread_mutex_unlock(&e->mu);
     *status = j->status;
     *len = j->out.n;
@@ -95,9 +121,11 @@ static void job_append(qrt_job *j, const char *s, size_t n) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static int job_cancelled(qrt_job *j) {
+/* Whether the generation must end now; *shutdown: because the server stops (its grace period ran out). */
+static int job_cancelled(qrt_job *j, int *shutdown) {
     pthread_mutex_lock(&j->e->mu);
     int c = j->cancelled || j->e->stopping;
+    if (!j->cancelled && j->e->stopping) *shutdown = 1;
     pthread_mutex_unlock(&j->e->mu);
     return c;
 }
@@ -114,7 +142,12 @@ typedef struct {
     const char *finish; /* set when a stop token or string ended the generation */
     double ttft_ms;
     int cancelled, oom;
+    int shutdown; /* cancelled because the server stops (not because the client left): the answer is an error */
     qrt_oa_meta meta;
+    /* logprobs: one entry per generated token that has text; lp_sent of them went out in stream chunks, whose
+     * text spans lp_offset bytes */
+    qrt_oa_logprob *lp;
+    size_t n_lp, cap_lp, lp_sent, lp_offset;
 } run_ctx;
 
 static int is_stop_id(const qrt_engine *e, int32_t id) {
@@ -123,15 +156,65 @@ static int is_stop_id(const qrt_engine *e, int32_t id) {
     return 0;
 }
 
+static const uint8_t *token_bytes(int32_t id, size_t *len, const void *user) {
+    return qrt_tokenizer_token_bytes(((const run_ctx *)user)->e->tok, id, len);
+}
+
+/* The logprobs not yet sent (all of them for a whole body), or NULL when the request did not ask. */
+static const qrt_oa_logprobs *pending_logprobs(run_ctx *c, qrt_oa_logprobs *lp) {
+    if (!c->job->req.logprobs) return NULL;
+    *lp = (qrt_oa_logprobs){c->lp + c->lp_sent, c->n_lp - c->lp_sent, c->lp_offset, token_bytes, c};
+    return lp;
+}
+
+/* The pending logprobs went out: later chunks start after them. */
+static void logprobs_sent(run_ctx *c) {
+    for (; c->lp_sent < c->n_lp; c->lp_sent++) {
+        size_t n = 0;
+        if (qrt_tokenizer_token_bytes(c->e->tok, c->lp[c->lp_sent].chosen.id, &n)) c->lp_offset += n;
+    }
+}
+
+/* The log-softmax of the raw logits (the model's distribution, before temperature, penalties and bias, as OpenAI
+ * reports it) at the chosen token and at the top_logprobs most likely ones. */
+static void on_logits(const float *logits, int32_t V, int32_t id, void *user) {
+    run_ctx *c = user;
+    if (c->n_lp == c->cap_lp) {
+        size_t cap = c->cap_lp ? 2 * c->cap_lp : 64;
+        qrt_oa_logprob *p = realloc(c->lp, cap * sizeof *p);
+        if (!p) return (void)(c->oom = 1);
+        c->lp = p, c->cap_lp = cap;
+    }
+    float mx = logits[0];
+    for (int32_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int32_t i = 0; i < V; i++) sum += exp((double)(logits[i] - mx));
+    const float lse = mx + (float)log(sum);
+    qrt_oa_logprob *e = &c->lp[c->n_lp++];
+    e->chosen = (qrt_oa_alt){id, logits[id] - lse};
+    e->n_top = 0;
+    /* insertion into a sorted list of at most 20: V x 20 steps at worst, small next to a forward pass */
+    const int N = c->job->req.top_logprobs;
+    for (int32_t i = 0; i < V && N; i++) {
+        const float l = logits[i] - lse;
+        if (e->n_top == N && !(l > e->top[N - 1].logprob)) continue;
+        int k = e->n_top < N ? e->n_top++ : N - 1;
+        for (; k > 0 && l > e->top[k - 1].logprob; k--) e->top[k] = e->top[k - 1];
+        e->top[k] = (qrt_oa_alt){i, l};
+    }
+}
+
 /* Stream what the output made final since the last call. */
 static void send_deltas(run_ctx *c) {
     const qrt_output *o = &c->out;
     if (o->reasoning.n == c->reasoning_sent && o->content.n == c->content_sent) return;
     qrt_buf sse = {0};
+    qrt_oa_logprobs lp;
     if (!qrt_oa_stream_delta(&sse, &c->job->req, &c->meta, o->reasoning.p + c->reasoning_sent,
                              o->reasoning.n - c->reasoning_sent, o->content.p + c->content_sent,
-                             o->content.n - c->content_sent))
+                             o->content.n - c->content_sent, pending_logprobs(c, &lp)))
         c->oom = 1;
+    logprobs_sent(c);
     c->reasoning_sent = o->reasoning.n, c->content_sent = o->content.n;
     job_append(c->job, sse.p, sse.n);
     qrt_buf_free(&sse);
@@ -140,8 +223,11 @@ static void send_deltas(run_ctx *c) {
 static int on_token(int32_t id, void *user) {
     run_ctx *c = user;
     if (c->ttft_ms < 0) c->ttft_ms = qrt_now_ms() - c->job->t_submit_ms;
-    if (job_cancelled(c->job)) return c->cancelled = 1;
-    if (is_stop_id(c->e, id)) return c->finish = "stop", 1;
+    if (job_cancelled(c->job, &c->shutdown)) return c->cancelled = 1;
+    if (is_stop_id(c->e, id)) {
+        if (c->job->req.logprobs && c->n_lp) c->n_lp--; /* a stop token is not part of the answer */
+        return c->finish = "stop", 1;
+    }
     const char *text = "";
     size_t len = 0;
     size_t ignored;
@@ -154,6 +240,12 @@ static int on_token(int32_t id, void *user) {
     return c->oom;
 }
 
+/* Between prefill pieces: a long prompt whose client left (or a server past its grace) stops there. */
+static int prefill_cancelled(void *user) {
+    run_ctx *c = user;
+    return c->cancelled = job_cancelled(c->job, &c->shutdown);
+}
+
 static void finish_with_error(run_ctx *c, int status, const char *message) {
     if (c->job->req.stream) {
         qrt_buf sse = {0};
@@ -163,7 +255,9 @@ static void finish_with_error(run_ctx *c, int status, const char *message) {
         return;
     }
     char *body = qrt_oa_error_json(message, status >= 500 ? "server_error" : "invalid_request_error",
-                                   status >= 500 ? "generation_failed" : "context_length_exceeded");
+                                   status == 503  ? "server_shutting_down"
+                                   : status >= 500 ? "generation_failed"
+                                                   : "context_length_exceeded");
     c->job->status = status;
     job_append(c->job, body, body ? strlen(body) : 0);
     free(body);
@@ -180,6 +274,7 @@ static void run_job(qrt_engine *e, qrt_job *j) {
     int ok = ids_out && qrt_detok_stream_new(e->tok, &c.detok) == QRT_OK &&
              qrt_output_init(&c.out, req->kind == QRT_OA_CHAT && req->thinking, req->parse_tools,
                              (const char *const *)req->stops, req->n_stops);
+    if (ok && req->forced) ok = qrt_output_push(&c.out, req->forced, strlen(req->forced));
     if (!ok) {
         finish_with_error(&c, 500, "out of memory");
         goto done;
@@ -191,7 +286,8 @@ static void run_job(qrt_engine *e, qrt_job *j) {
         qrt_buf_free(&sse);
     }
     qrt_gen_opts go = {.max_new = max_new, .stop_eos = 1, .spec_k = e->o.spec_k, .sampling = req->sampling,
-                       .on_token = on_token, .user = &c};
+                       .on_token = on_token, .user = &c, .cancel = prefill_cancelled,
+                       .on_logits = req->logprobs ? on_logits : NULL};
     qrt_gen_stats gs;
     int32_t reused = 0;
     qrt_status st = qrt_reuse_generate(&e->reuse, j->ids, j->n_ids, &go, ids_out, &gs, &reused);
@@ -207,22 +303,29 @@ static void run_job(qrt_engine *e, qrt_job *j) {
     const char *finish = c.finish ? c.finish : gs.n_new >= go.max_new ? "length" : "stop";
     qrt_oa_usage u = {.prompt_tokens = j->n_ids, .completion_tokens = gs.n_new, .cached_tokens = reused,
                       .prefill_ms = gs.prefill_ms, .decode_ms = gs.decode_ms};
-    if (c.oom) {
+    if (c.shutdown) {
+        /* never a truncated answer that looks complete */
+        finish_with_error(&c, 503, "the server shut down before this generation finished (its --shutdown-grace ran "
+                          "out); send the request again when it is back");
+    } else if (c.oom) {
         finish_with_error(&c, 500, "out of memory while streaming the output");
     } else if (req->stream) {
         send_deltas(&c);
         qrt_buf sse = {0};
-        qrt_oa_stream_end(&sse, req, &c.meta, &c.out, finish, &u);
+        qrt_oa_logprobs lp;
+        qrt_oa_stream_end(&sse, req, &c.meta, &c.out, finish, &u, pending_logprobs(&c, &lp));
         job_append(j, sse.p, sse.n);
         qrt_buf_free(&sse);
     } else {
-        char *body = qrt_oa_response(req, &c.meta, &c.out, finish, &u);
+        qrt_oa_logprobs lp;
+        char *body = qrt_oa_response(req, &c.meta, &c.out, finish, &u, pending_logprobs(&c, &lp));
         j->status = body ? 200 : 500;
         job_append(j, body ? body : "{}", body ? strlen(body) : 2);
         free(body);
     }
 done:
     qrt_output_free(&c.out);
+    free(c.lp);
     qrt_detok_stream_free(c.detok);
     free(ids_out);
 }
@@ -242,9 +345,11 @@ static void *worker_main(void *arg) {
         e->n_waiting--;
         qrt_metrics_queue_depth(e->metrics, e->n_waiting);
         if (!j->cancelled) {
+            e->running = 1;
             pthread_mutex_unlock(&e->mu);
             run_job(e, j);
             pthread_mutex_lock(&e->mu);
+            e->running = 0;
         }
         j->done = 1;
         pthread_cond_broadcast(&e->out_cv);
@@ -265,6 +370,20 @@ static void end_refused(qrt_job *j, int status, const char *message) {
     }
     free(body);
     j->done = 1;
+}
+
+void qrt_engine_drain(qrt_engine *e, double grace_s) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)grace_s;
+    deadline.tv_nsec += (long)((grace_s - (double)(time_t)grace_s) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    e->draining = 1;
+    /* out_cv is broadcast at every append and at every job's end */
+    while ((e->head || e->running) && pthread_cond_timedwait(&e->out_cv, &e->mu, &deadline) == 0) {
+    }
+    pthread_mutex_unlock(&e->mu);
 }
 
 void qrt_engine_stop(qrt_engine *e) {
@@ -370,10 +489,10 @@ qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char
         goto refuse;
     }
     pthread_mutex_lock(&e->mu);
-    if (e->stopping || e->n_waiting >= e->o.queue_max) {
+    if (e->stopping || e->draining || e->n_waiting >= e->o.queue_max) {
         pthread_mutex_unlock(&e->mu);
         *status = 503;
-        if (e->stopping) snprintf(err, err_size, "the server is shutting down");
+        if (e->stopping || e->draining) snprintf(err, err_size, "the server is shutting down");
         else snprintf(err, err_size, "the server is busy (%d requests queued); retry later", e->o.queue_max);
         goto refuse;
     }

@@ -25,7 +25,10 @@ typedef struct qrt_job qrt_job;
 
 /* Load the model and DIR/tokenizer.json and start the worker; NULL after printing why. */
 qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics);
-/* Cancel every job, wake every reader and join the worker; jobs still held stay readable (and done). */
+/* Shutting down, first: refuse new jobs and wait up to grace_s seconds for the queued and running ones to end. */
+void qrt_engine_drain(qrt_engine *e, double grace_s);
+/* Cancel every job, wake every reader and join the worker; jobs still held stay readable (and done). A generation
+ * cut here ends with an error (503, or an error event), never as if it were complete. */
 void qrt_engine_stop(qrt_engine *e);
 void qrt_engine_free(qrt_engine *e);
 const char *qrt_engine_model_name(const qrt_engine *e);
@@ -36,10 +39,13 @@ qrt_chat_dialect qrt_engine_dialect(const qrt_engine *e);
  * not fit), 503 (the queue is full or the server is stopping) or 500, with a message in err. */
 qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char *err, size_t err_size);
 
-/* Streamed jobs: copy up to max new bytes of the event stream, waiting for some; 0 at its end. */
-size_t qrt_job_read(qrt_job *j, char *dst, size_t max);
-/* Whole-body jobs: wait for the end; the body stays valid until qrt_job_release. */
-const char *qrt_job_wait(qrt_job *j, int *status, size_t *len);
+/* Asked every 100 ms while a reader waits: non-zero when the client went away (then the job is cancelled, even
+ * during a long prefill that writes nothing for a while). */
+typedef int (*qrt_client_gone)(void *arg);
+/* Streamed jobs: copy up to max new bytes of the event stream, waiting for some; 0 at its end or when gone. */
+size_t qrt_job_read(qrt_job *j, char *dst, size_t max, qrt_client_gone gone, void *arg);
+/* Whole-body jobs: wait for the end; the body stays valid until qrt_job_release. NULL when the client went away. */
+const char *qrt_job_wait(qrt_job *j, int *status, size_t *len, qrt_client_gone gone, void *arg);
 int qrt_job_streamed(const qrt_job *j);
 /* The HTTP side is done with the job; a generation still running for it stops at its next token. */
 void qrt_job_release(qrt_job *j);

@@ -4,11 +4,13 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/server.h"
@@ -17,6 +19,8 @@ typedef struct {
     qrt_engine *engine;
     qrt_metrics *metrics;
     size_t max_body;
+    const char *const *aliases;
+    int n_aliases;
 } server;
 
 /* Per connection: which route it asked for and the body received so far. */
@@ -56,13 +60,33 @@ static enum MHD_Result send_body(server *sv, struct MHD_Connection *c, const cha
     return ok;
 }
 
-static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const char *route_name, int status,
-                                  const char *code, const char *message) {
-    const char *type = status == 503 ? "server_error" : status >= 500 ? "server_error" : "invalid_request_error";
-    char *body = qrt_oa_error_json(message, type, code);
+static enum MHD_Result send_error_param(server *sv, struct MHD_Connection *c, const char *route_name, int status,
+                                        const char *code, const char *param, const char *message) {
+    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
+    char *body = qrt_oa_error_json_param(message, type, param, code);
     enum MHD_Result ok = send_body(sv, c, route_name, status, "application/json", body ? body : "{}", body ? strlen(body) : 2);
     free(body);
     return ok;
+}
+
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const char *route_name, int status,
+                                  const char *code, const char *message) {
+    return send_error_param(sv, c, route_name, status, code, NULL, message);
+}
+
+/* A request the parser refused: the field it names is the error's param (OpenAI's shape: code null). */
+static enum MHD_Result send_bad_request(server *sv, struct MHD_Connection *c, const char *route_name, const char *err) {
+    char param[128];
+    int named = qrt_oa_error_param(err, param, sizeof param);
+    return send_error_param(sv, c, route_name, 400, named ? NULL : "invalid_request", named ? param : NULL, err);
+}
+
+/* The "model" a request names must be the served id or one of its --alias names (absent: the served one). */
+static int model_known(const server *sv, const char *name) {
+    if (!name || !strcmp(name, qrt_engine_model_name(sv->engine))) return 1;
+    for (int i = 0; i < sv->n_aliases; i++)
+        if (!strcmp(name, sv->aliases[i])) return 1;
+    return 0;
 }
 
 static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, const char *route_name, const char *body) {
@@ -72,20 +96,50 @@ static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, const cha
 /* ------------------------------------------------------------------------------------------------
  * Streaming */
 
+/* Whether the client hung up: its socket reads as closed (or fails). libmicrohttpd notices only when it next
+ * writes, which a job in a long prefill does not give it the chance to do. */
+static int client_gone(void *arg) {
+    int fd = *(const int *)arg;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (fd < 0 || poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+typedef struct {
+    qrt_job *job;
+    int fd;
+} stream_state;
+
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
-    size_t n = qrt_job_read(cls, buf, max);
+    stream_state *st = cls;
+    size_t n = qrt_job_read(st->job, buf, max, client_gone, &st->fd);
     return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 /* Called when the response ends, including when the client went away mid-stream: the job is cancelled. */
-static void end_stream(void *cls) { qrt_job_release(cls); }
+static void end_stream(void *cls) {
+    stream_state *st = cls;
+    qrt_job_release(st->job);
+    free(st);
+}
 
 static enum MHD_Result send_stream(server *sv, struct MHD_Connection *c, const char *route_name, qrt_job *job) {
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read_stream, job, end_stream);
+    stream_state *st = malloc(sizeof *st);
+    struct MHD_Response *r =
+        st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read_stream, st, end_stream) : NULL;
     if (!r) {
+        free(st);
         qrt_job_release(job);
         return MHD_NO;
     }
+    *st = (stream_state){job, connection_fd(c)};
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -103,7 +157,13 @@ static enum MHD_Result generate(server *sv, struct MHD_Connection *c, request *r
     char err[1024];
     if (!qrt_oa_parse(kind, rq->body.p ? rq->body.p : "", rq->body.n, qrt_engine_dialect(sv->engine),
                       qrt_engine_vocab(sv->engine), &req, err, sizeof err))
-        return send_error(sv, c, rq->route, 400, "invalid_request", err);
+        return send_bad_request(sv, c, rq->route, err);
+    if (!model_known(sv, req.model)) {
+        snprintf(err, sizeof err, "the model '%.200s' does not exist; this server serves '%.200s' (GET /v1/models "
+                 "lists its names)", req.model, qrt_engine_model_name(sv->engine));
+        qrt_oa_request_free(&req);
+        return send_error_param(sv, c, rq->route, 404, "model_not_found", "model", err);
+    }
     int status;
     qrt_job *job = qrt_engine_submit(sv->engine, &req, &status, err, sizeof err);
     qrt_oa_request_free(&req); /* what submit did not take */
@@ -111,22 +171,25 @@ static enum MHD_Result generate(server *sv, struct MHD_Connection *c, request *r
         return send_error(sv, c, rq->route, status, status == 503 ? "server_busy" : "invalid_request", err);
     if (qrt_job_streamed(job)) return send_stream(sv, c, rq->route, job);
     size_t len;
-    const char *body = qrt_job_wait(job, &status, &len);
-    enum MHD_Result ok = send_body(sv, c, rq->route, status, "application/json", body, len);
+    int fd = connection_fd(c);
+    const char *body = qrt_job_wait(job, &status, &len, client_gone, &fd);
+    enum MHD_Result ok = body ? send_body(sv, c, rq->route, status, "application/json", body, len) : MHD_NO;
     qrt_job_release(job);
     return ok;
 }
 
+/* The served id first, then each --alias: every name a request's "model" may give. */
 static enum MHD_Result models(server *sv, struct MHD_Connection *c) {
-    json_t *name_json = json_string(qrt_engine_model_name(sv->engine));
-    char *name = name_json ? json_dumps(name_json, JSON_ENCODE_ANY) : NULL;
-    json_decref(name_json);
-    qrt_buf b = {0};
-    qrt_buf_addf(&b, "{\"object\":\"list\",\"data\":[{\"id\":%s,\"object\":\"model\",\"created\":%lld,\"owned_by\":\"qwenrt\"}]}",
-                 name ? name : "\"model\"", (long long)time(NULL));
-    free(name);
-    enum MHD_Result ok = send_json(sv, c, "/v1/models", b.p ? b.p : "{}");
-    qrt_buf_free(&b);
+    json_t *data = json_array();
+    for (int i = -1; i < sv->n_aliases; i++)
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s}", "id",
+                                              i < 0 ? qrt_engine_model_name(sv->engine) : sv->aliases[i], "object",
+                                              "model", "created", (json_int_t)time(NULL), "owned_by", "qwenrt"));
+    json_t *j = json_pack("{s:s, s:o}", "object", "list", "data", data);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    enum MHD_Result ok = send_json(sv, c, "/v1/models", body ? body : "{}");
+    free(body);
     return ok;
 }
 
@@ -261,7 +324,8 @@ int qrt_serve(const qrt_serve_opts *o) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    server sv = {.metrics = qrt_metrics_new(), .max_body = o->max_body};
+    server sv = {.metrics = qrt_metrics_new(), .max_body = o->max_body, .aliases = o->aliases,
+                 .n_aliases = o->n_aliases};
     if (!sv.metrics || !(sv.engine = qrt_engine_new(&o->engine, sv.metrics))) {
         qrt_metrics_free(sv.metrics);
         return 1;
@@ -288,7 +352,10 @@ int qrt_serve(const qrt_serve_opts *o) {
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    fprintf(stderr, "qwenrt serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    fprintf(stderr, "qwenrt serve: %s, stopping (in-flight requests have %g s to finish)\n",
+            sig == SIGINT ? "interrupted" : "terminated", o->shutdown_grace);
+    fflush(stderr);
+    qrt_engine_drain(sv.engine, o->shutdown_grace);
     qrt_engine_stop(sv.engine); /* wakes every connection thread, so the daemon can join them */
     MHD_stop_daemon(d);
     qrt_engine_free(sv.engine);

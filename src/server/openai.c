@@ -65,6 +65,84 @@ static int parse_stops(json_t *j, qrt_oa_request *r, char *err, size_t n) {
     return 1;
 }
 
+/* min_p and the penalties; 1 (off) for repetition_penalty, 0 for the others, when absent. */
+static int parse_penalties(json_t *j, qrt_oa_request *r, char *err, size_t n) {
+    double min_p = 0, rep = 1, presence = 0, frequency = 0;
+    if (!get_number(j, "min_p", 0, 1, &min_p, err, n) || !get_number(j, "presence_penalty", -2, 2, &presence, err, n) ||
+        !get_number(j, "frequency_penalty", -2, 2, &frequency, err, n) ||
+        !get_number(j, "repetition_penalty", 0, 100, &rep, err, n))
+        return 0;
+    if (rep <= 0) return bad(err, n, "'repetition_penalty' must be > 0 (1 is off)");
+    r->sampling.min_p = (float)min_p, r->sampling.repetition_penalty = (float)rep;
+    r->sampling.presence_penalty = (float)presence, r->sampling.frequency_penalty = (float)frequency;
+    return 1;
+}
+
+/* "logit_bias": {"TOKEN_ID": BIAS, ...}, ids in the vocabulary, biases in [-100, 100]. */
+static int parse_logit_bias(json_t *j, int32_t vocab, qrt_oa_request *r, char *err, size_t n) {
+    json_t *lb = json_object_get(j, "logit_bias");
+    if (!lb || json_is_null(lb)) return 1;
+    if (!json_is_object(lb) || json_object_size(lb) > 1024)
+        return bad(err, n, "'logit_bias' must be an object of at most 1024 \"TOKEN_ID\": BIAS entries");
+    if (!json_object_size(lb)) return 1;
+    if (!(r->logit_bias = calloc(json_object_size(lb), sizeof *r->logit_bias))) return bad(err, n, "out of memory");
+    const char *key;
+    json_t *v;
+    int k = 0;
+    json_object_foreach(lb, key, v) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= vocab)
+            return bad(err, n, "'logit_bias' key \"%.40s\" must be a token id in [0, %d)", key, vocab);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return bad(err, n, "'logit_bias' value for token %ld must be a number in [-100, 100]", id);
+        r->logit_bias[k++] = (qrt_logit_bias){(int32_t)id, (float)json_number_value(v)};
+    }
+    r->sampling.logit_bias = r->logit_bias, r->sampling.n_logit_bias = k;
+    return 1;
+}
+
+/* chat: "logprobs": bool with "top_logprobs": 0..20; completions: "logprobs": 0..5 alternatives. */
+static int parse_logprobs(json_t *j, qrt_oa_request *r, char *err, size_t n) {
+    if (r->kind == QRT_OA_COMPLETION) {
+        long long top = -1;
+        if (!get_int(j, "logprobs", 0, 5, &top, err, n)) return 0;
+        r->logprobs = top >= 0, r->top_logprobs = top < 0 ? 0 : (int)top;
+        return 1;
+    }
+    long long top = -1;
+    if (!get_bool(j, "logprobs", &r->logprobs, err, n) || !get_int(j, "top_logprobs", 0, 20, &top, err, n)) return 0;
+    if (top >= 0 && !r->logprobs) return bad(err, n, "'top_logprobs' needs \"logprobs\": true");
+    r->top_logprobs = top < 0 ? 0 : (int)top;
+    return 1;
+}
+
+/* Fields of features this server does not have: refused rather than silently ignored. */
+static int refuse_unsupported(json_t *j, qrt_oa_request *r, char *err, size_t n) {
+    json_t *rf = json_object_get(j, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!type) return bad(err, n, "'response_format' must be {\"type\": \"text\"}");
+        if (strcmp(type, "text"))
+            return bad(err, n, "'response_format' type \"%.40s\" is not supported (this server has no constrained "
+                       "decoding); use {\"type\": \"text\"} and ask for JSON in the prompt", type);
+    }
+    json_t *m = json_object_get(j, "model");
+    if (m && !json_is_null(m) && !json_is_string(m)) return bad(err, n, "'model' must be a string (see GET /v1/models)");
+    if (json_is_string(m) && !(r->model = strdup(json_string_value(m)))) return bad(err, n, "out of memory");
+    if (json_object_get(j, "functions") && !json_is_null(json_object_get(j, "functions")))
+        return bad(err, n, "'functions' is not supported; send the functions as \"tools\"");
+    if (r->kind != QRT_OA_COMPLETION) return 1;
+    int echo = 0;
+    long long best_of = 1;
+    if (!get_bool(j, "echo", &echo, err, n) || !get_int(j, "best_of", 1, 1, &best_of, err, n)) return 0;
+    if (echo) return bad(err, n, "'echo' is not supported; the prompt is not repeated in the answer");
+    json_t *suffix = json_object_get(j, "suffix");
+    if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0))
+        return bad(err, n, "'suffix' is not supported (no fill-in-the-middle)");
+    return 1;
+}
+
 static int parse_sampling(json_t *j, qrt_oa_request *r, char *err, size_t n) {
     double temperature = 1.0, top_p = 1.0; /* the OpenAI defaults */
     long long top_k = 0, seed = -1, max_tokens = -1, choices = 1;
@@ -79,6 +157,7 @@ static int parse_sampling(json_t *j, qrt_oa_request *r, char *err, size_t n) {
     r->sampling.temperature = (float)temperature;
     r->sampling.top_p = (float)top_p;
     r->sampling.top_k = top_k < 0 ? 0 : (int32_t)top_k; /* -1 is vLLM's "off" */
+    if (!parse_penalties(j, r, err, n)) return 0;
     /* without a seed each request draws differently */
     static unsigned long long counter;
     r->sampling.seed = json_object_get(j, "seed") && !json_is_null(json_object_get(j, "seed"))
@@ -97,6 +176,93 @@ static int parse_stream(json_t *j, qrt_oa_request *r, char *err, size_t n) {
     return 1;
 }
 
+/* "tools": [{"type": "function", "function": {"name": NAME, "description"?, "parameters"?: {...}}}, ...]. */
+static int check_tools(json_t *tools, char *err, size_t n) {
+    if (!tools || json_is_null(tools)) return 1;
+    if (!json_is_array(tools)) return bad(err, n, "'tools' must be a list of {\"type\": \"function\", \"function\": {...}}");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *f = json_object_get(t, "function"), *params = json_object_get(f, "parameters");
+        if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+            strcmp(json_string_value(json_object_get(t, "type")), "function"))
+            return bad(err, n, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}", i);
+        if (!json_is_object(f) || !json_is_string(json_object_get(f, "name")) ||
+            !json_string_length(json_object_get(f, "name")))
+            return bad(err, n, "'tools[%zu].function.name' must be a non-empty string", i);
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return bad(err, n, "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+    }
+    return 1;
+}
+
+static int has_tool(json_t *tools, const char *name) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *tn = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (tn && !strcmp(tn, name)) return 1;
+    }
+    return 0;
+}
+
+/* The tools list cut to the one named (what the model is shown when tool_choice names a function). */
+static json_t *only_tool(json_t *tools, const char *name) {
+    json_t *one = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *tn = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (tn && !strcmp(tn, name)) json_array_append(one, t);
+    }
+    return one;
+}
+
+enum { CHOICE_AUTO, CHOICE_NONE, CHOICE_REQUIRED };
+
+/* "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name": NAME in tools}}. */
+static int parse_tool_choice(json_t *j, json_t *tools, int *kind, const char **named, char *err, size_t n) {
+    json_t *c = json_object_get(j, "tool_choice");
+    size_t n_tools = json_is_array(tools) ? json_array_size(tools) : 0;
+    *kind = CHOICE_AUTO, *named = NULL;
+    if (!c || json_is_null(c)) return 1;
+    const char *s = json_string_value(c);
+    if (s && !strcmp(s, "none")) return *kind = CHOICE_NONE, 1;
+    if (s && !strcmp(s, "auto")) return 1;
+    if (s && !strcmp(s, "required")) {
+        if (!n_tools) return bad(err, n, "'tool_choice' \"required\" needs a non-empty \"tools\" list");
+        return *kind = CHOICE_REQUIRED, 1;
+    }
+    const char *type = json_string_value(json_object_get(c, "type"));
+    const char *name = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+    if (!json_is_object(c) || !type || strcmp(type, "function") || !name)
+        return bad(err, n, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                   "\"function\": {\"name\": NAME}}");
+    if (!has_tool(tools, name))
+        return bad(err, n, "'tool_choice' names the function \"%.100s\", which is not in \"tools\"", name);
+    *named = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+    *kind = CHOICE_REQUIRED;
+    return 1;
+}
+
+/* tool_choice required / named: the answer must be a tool call, so the prompt ends with the opening of one (the
+ * template's XML form), after closing the thinking block when it is open; the output starts with the same text. */
+static int force_tool_call(qrt_oa_request *r, const char *named, char *err, size_t n) {
+    qrt_buf forced = {0}, prompt = {0};
+    int ok = qrt_buf_add(&forced, "<tool_call>\n", 12) && (!named || qrt_buf_addf(&forced, "<function=%s>\n", named)) &&
+             qrt_buf_add(&prompt, r->prompt_text, strlen(r->prompt_text)) &&
+             (!r->thinking || qrt_buf_add(&prompt, "\n</think>\n\n", 12)) && qrt_buf_add(&prompt, forced.p, forced.n) &&
+             qrt_buf_add(&prompt, "", 1) && qrt_buf_add(&forced, "", 1);
+    if (!ok) {
+        qrt_buf_free(&forced), qrt_buf_free(&prompt);
+        return bad(err, n, "out of memory");
+    }
+    free(r->prompt_text);
+    r->prompt_text = prompt.p, r->forced = forced.p;
+    r->thinking = 0; /* the reasoning, if any, was closed above */
+    return 1;
+}
+
 static int parse_chat(json_t *j, qrt_chat_dialect dialect, qrt_oa_request *r, char *err, size_t n) {
     json_t *messages = json_object_get(j, "messages");
     if (!json_is_array(messages) || json_array_size(messages) == 0)
@@ -110,24 +276,24 @@ static int parse_chat(json_t *j, qrt_chat_dialect dialect, qrt_oa_request *r, ch
             return 0;
     }
     json_t *tools = json_object_get(j, "tools");
-    json_t *choice = json_object_get(j, "tool_choice");
-    int tools_off = json_is_string(choice) && !strcmp(json_string_value(choice), "none");
+    const char *named = NULL;
+    int choice_kind = 0;
+    if (!check_tools(tools, err, n) || !parse_tool_choice(j, tools, &choice_kind, &named, err, n)) return 0;
     char *tools_text = NULL;
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return bad(err, n, "'tools' must be a list of {\"type\": \"function\", ...}");
-        if (json_array_size(tools) && !tools_off) {
-            r->tools = json_incref(tools);
-            r->parse_tools = 1;
-            tools_text = json_dumps(tools, JSON_COMPACT);
-            opts.tools = tools_text;
-        }
+    json_t *rendered = named ? only_tool(tools, named) : json_incref(tools);
+    if (json_array_size(rendered) && choice_kind != CHOICE_NONE) {
+        r->tools = json_incref(rendered);
+        r->parse_tools = 1;
+        tools_text = json_dumps(rendered, JSON_COMPACT);
+        opts.tools = tools_text;
     }
+    json_decref(rendered);
     char *messages_text = json_dumps(messages, JSON_COMPACT);
     qrt_status st = messages_text ? qrt_chat_render_json(messages_text, &opts, &r->prompt_text) : QRT_ERR_MEMORY;
     free(messages_text), free(tools_text);
     if (st != QRT_OK) return bad(err, n, "%s", qrt_last_error());
     r->thinking = opts.enable_thinking;
-    return 1;
+    return choice_kind == CHOICE_REQUIRED || named ? force_tool_call(r, named, err, n) : 1;
 }
 
 static int parse_completion_prompt(json_t *j, int32_t vocab, qrt_oa_request *r, char *err, size_t n) {
@@ -159,8 +325,9 @@ int qrt_oa_parse(qrt_oa_kind kind, const char *body, size_t len, qrt_chat_dialec
     json_t *j = json_loadb(body, len, 0, &je);
     if (!j) return bad(err, err_size, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     int ok = json_is_object(j) || bad(err, err_size, "the body must be a JSON object");
-    ok = ok && parse_sampling(j, r, err, err_size) && parse_stops(j, r, err, err_size) &&
-         parse_stream(j, r, err, err_size);
+    ok = ok && parse_sampling(j, r, err, err_size) && parse_logit_bias(j, vocab, r, err, err_size) &&
+         parse_logprobs(j, r, err, err_size) && refuse_unsupported(j, r, err, err_size) &&
+         parse_stops(j, r, err, err_size) && parse_stream(j, r, err, err_size);
     if (ok) ok = kind == QRT_OA_CHAT ? parse_chat(j, dialect, r, err, err_size)
                                      : parse_completion_prompt(j, vocab, r, err, err_size);
     json_decref(j);
@@ -173,14 +340,29 @@ void qrt_oa_request_free(qrt_oa_request *r) {
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     json_decref(r->tools);
+    free(r->forced);
+    free(r->model);
+    free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }
 
-char *qrt_oa_error_json(const char *message, const char *type, const char *code) {
-    json_t *j = json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type", type, "code", code);
+char *qrt_oa_error_json_param(const char *message, const char *type, const char *param, const char *code) {
+    json_t *j = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type", type, "param", param,
+                          "code", code);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
+}
+
+char *qrt_oa_error_json(const char *message, const char *type, const char *code) {
+    return qrt_oa_error_json_param(message, type, NULL, code);
+}
+
+int qrt_oa_error_param(const char *err, char *param, size_t size) {
+    const char *end = err[0] == '\'' ? strchr(err + 1, '\'') : NULL;
+    if (!end || end == err + 1 || (size_t)(end - err - 1) >= size) return 0;
+    snprintf(param, size, "%.*s", (int)(end - err - 1), err + 1);
+    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -309,6 +491,69 @@ static json_t *timings_json(const qrt_oa_usage *u) {
                      tps, "reused_tokens", u->cached_tokens);
 }
 
+/* A token's text for logprobs: its bytes as a string when they are UTF-8, else each byte as \xHH (a token may
+ * hold part of a character; OpenAI writes those the same way). */
+static json_t *token_text(const uint8_t *b, size_t n) {
+    json_t *t = json_stringn((const char *)b, n);
+    if (t) return t;
+    qrt_buf esc = {0};
+    for (size_t i = 0; i < n; i++) qrt_buf_addf(&esc, "\\x%02x", b[i]);
+    t = json_stringn(esc.p ? esc.p : "", esc.n);
+    qrt_buf_free(&esc);
+    return t;
+}
+
+static const uint8_t *alt_bytes(const qrt_oa_logprobs *lp, int32_t id, size_t *n) {
+    const uint8_t *b = lp->bytes ? lp->bytes(id, n, lp->user) : NULL;
+    if (!b) *n = 0;
+    return b ? b : (const uint8_t *)"";
+}
+
+/* Chat: {"token", "logprob", "bytes": [ints]} of one token. */
+static json_t *chat_alt(const qrt_oa_logprobs *lp, const qrt_oa_alt *a) {
+    size_t n;
+    const uint8_t *b = alt_bytes(lp, a->id, &n);
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer(b[i]));
+    return json_pack("{s:o, s:f, s:o}", "token", token_text(b, n), "logprob", (double)a->logprob, "bytes", bytes);
+}
+
+/* chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}]};
+ * completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}. */
+static json_t *logprobs_json(const qrt_oa_request *r, const qrt_oa_logprobs *lp) {
+    if (!lp) return json_null();
+    if (r->kind == QRT_OA_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = 0; i < lp->n; i++) {
+            json_t *item = chat_alt(lp, &lp->items[i].chosen), *top = json_array();
+            for (int k = 0; k < lp->items[i].n_top; k++) json_array_append_new(top, chat_alt(lp, &lp->items[i].top[k]));
+            json_object_set_new(item, "top_logprobs", top);
+            json_array_append_new(content, item);
+        }
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offsets = json_array();
+    size_t offset = lp->text_offset, n;
+    for (size_t i = 0; i < lp->n; i++) {
+        const uint8_t *b = alt_bytes(lp, lp->items[i].chosen.id, &n);
+        json_array_append_new(tokens, token_text(b, n));
+        json_array_append_new(lps, json_real(lp->items[i].chosen.logprob));
+        json_array_append_new(offsets, json_integer((json_int_t)offset));
+        offset += n;
+        json_t *top = json_object();
+        for (int k = 0; k < lp->items[i].n_top; k++) {
+            size_t tn;
+            const uint8_t *tb = alt_bytes(lp, lp->items[i].top[k].id, &tn);
+            json_t *key = token_text(tb, tn);
+            if (key) json_object_set_new(top, json_string_value(key), json_real(lp->items[i].top[k].logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offsets);
+}
+
 static json_t *envelope(const qrt_oa_request *r, const qrt_oa_meta *m, int chunk) {
     const char *object = r->kind == QRT_OA_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                                 : "text_completion";
@@ -321,7 +566,7 @@ static json_t *tool_calls_of(const qrt_oa_request *r, const qrt_output *o) {
 }
 
 char *qrt_oa_response(const qrt_oa_request *r, const qrt_oa_meta *m, const qrt_output *o, const char *finish,
-                      const qrt_oa_usage *u) {
+                      const qrt_oa_usage *u, const qrt_oa_logprobs *lp) {
     json_t *j = envelope(r, m, 0), *choice;
     if (r->kind == QRT_OA_CHAT) {
         json_t *calls = tool_calls_of(r, o);
@@ -338,10 +583,11 @@ char *qrt_oa_response(const qrt_oa_request *r, const qrt_oa_meta *m, const qrt_o
         json_t *message = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
         if (o->reasoning.n) json_object_set_new(message, "reasoning_content", json_stringn(o->reasoning.p, o->reasoning.n));
         if (calls) json_object_set_new(message, "tool_calls", calls), finish = "tool_calls";
-        choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", message, "finish_reason", finish);
+        choice = json_pack("{s:i, s:o, s:s, s:o}", "index", 0, "message", message, "finish_reason", finish,
+                           "logprobs", logprobs_json(r, lp));
     } else {
-        choice = json_pack("{s:i, s:s%, s:s, s:n}", "index", 0, "text", o->content.p ? o->content.p : "", o->content.n,
-                           "finish_reason", finish, "logprobs");
+        choice = json_pack("{s:i, s:s%, s:s, s:o}", "index", 0, "text", o->content.p ? o->content.p : "", o->content.n,
+                           "finish_reason", finish, "logprobs", logprobs_json(r, lp));
     }
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     json_object_set_new(j, "usage", usage_json(u));
@@ -360,13 +606,19 @@ static int add_event(qrt_buf *sse, json_t *j) {
 }
 
 /* A chunk with one choice: chat {"delta": delta}, completion {"text": text}. */
-static int add_chunk(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m, json_t *delta, const char *finish) {
+static int add_chunk_lp(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m, json_t *delta, const char *finish,
+                        const qrt_oa_logprobs *lp) {
     json_t *j = envelope(r, m, 1);
-    json_t *choice = json_pack("{s:i, s:o}", "index", 0, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "finish_reason", finish ? json_string(finish) : json_null(),
+                               "logprobs", logprobs_json(r, lp));
     if (r->kind == QRT_OA_CHAT) json_object_set_new(choice, "delta", delta);
-    else json_object_set_new(choice, "text", delta), json_object_set_new(choice, "logprobs", json_null());
+    else json_object_set_new(choice, "text", delta);
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     return add_event(sse, j);
+}
+
+static int add_chunk(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m, json_t *delta, const char *finish) {
+    return add_chunk_lp(sse, r, m, delta, finish, NULL);
 }
 
 int qrt_oa_stream_begin(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m) {
@@ -375,20 +627,21 @@ int qrt_oa_stream_begin(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta
 }
 
 int qrt_oa_stream_delta(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m, const char *reasoning,
-                        size_t n_reasoning, const char *content, size_t n_content) {
+                        size_t n_reasoning, const char *content, size_t n_content, const qrt_oa_logprobs *lp) {
     int ok = 1;
     if (n_reasoning && r->kind == QRT_OA_CHAT)
-        ok = add_chunk(sse, r, m, json_pack("{s:s%}", "reasoning_content", reasoning, n_reasoning), NULL);
+        ok = add_chunk_lp(sse, r, m, json_pack("{s:s%}", "reasoning_content", reasoning, n_reasoning), NULL,
+                          n_content ? NULL : lp);
     if (ok && n_content)
-        ok = add_chunk(sse, r, m,
-                       r->kind == QRT_OA_CHAT ? json_pack("{s:s%}", "content", content, n_content)
-                                              : json_stringn(content, n_content),
-                       NULL);
+        ok = add_chunk_lp(sse, r, m,
+                          r->kind == QRT_OA_CHAT ? json_pack("{s:s%}", "content", content, n_content)
+                                                 : json_stringn(content, n_content),
+                          NULL, lp);
     return ok;
 }
 
 int qrt_oa_stream_end(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *m, const qrt_output *o,
-                      const char *finish, const qrt_oa_usage *u) {
+                      const char *finish, const qrt_oa_usage *u, const qrt_oa_logprobs *lp) {
     int ok = 1;
     if (r->kind == QRT_OA_CHAT) {
         json_t *calls = tool_calls_of(r, o);
@@ -402,7 +655,7 @@ int qrt_oa_stream_end(qrt_buf *sse, const qrt_oa_request *r, const qrt_oa_meta *
             ok = add_chunk(sse, r, m, json_pack("{s:s%}", "content", o->tools.p, o->tools.n), NULL);
         }
     }
-    ok = ok && add_chunk(sse, r, m, r->kind == QRT_OA_CHAT ? json_object() : json_string(""), finish);
+    ok = ok && add_chunk_lp(sse, r, m, r->kind == QRT_OA_CHAT ? json_object() : json_string(""), finish, lp);
     if (ok && r->include_usage) {
         json_t *j = envelope(r, m, 1);
         json_object_set_new(j, "choices", json_array());

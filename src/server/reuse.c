@@ -73,6 +73,7 @@ qrt_status qrt_reuse_generate(qrt_reuse *r, const int32_t *ids, int32_t n, qrt_g
     if (opts->max_new > room) opts->max_new = room;
     qrt_gen_opts go = *opts;
     if (keep) go.spec_k = 0;
+    go.history = ids, go.n_history = keep; /* repetition_penalty counts the reused prompt too */
     *reused = keep;
     qrt_status st = qrt_generate(r->s, ids + keep, n - keep, &go, out, stats);
     if (st != QRT_OK) {

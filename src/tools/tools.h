@@ -53,4 +53,14 @@ int qrt_tool_number(const char *tool, const char *flag, const char *s, double lo
 /* qrt_tool_number for integer options whose range exceeds an int (a fraction is an error, not truncated). */
 int qrt_tool_whole(const char *tool, const char *flag, const char *s, double lo, double hi, double *out);
 int qrt_tool_word(const char *tool, const char *flag, const char *s, const char *const *words, int n_words);
+/* --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --min-p M, --logit-bias ID=BIAS (repeatable),
+ * shared by generate and chat (sampling_flags.c): 1 when f is one of them (its value v stored in *sp), 0 when it
+ * is not, -1 after printing why v is wrong. */
+int qrt_tool_sampling_flag(const char *cmd, const char *f, const char *v, qrt_sampling *sp);
+#define QRT_TOOL_SAMPLING_USAGE                                                                                     \
+    "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --min-p M, --logit-bias ID=BIAS\n"         \
+    "                   logit adjustments (llama.cpp's repeat penalty over prompt + output, OpenAI's penalties over\n" \
+    "                   the output; -100 bans a token); any of them turns speculative decoding off\n"
+/* 1 when every --logit-bias id is below vocab, else 0 after printing which is not. */
+int qrt_tool_check_logit_bias(const char *cmd, const qrt_sampling *sp, int32_t vocab);
 #endif
