@@ -56,6 +56,20 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=OFF >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure
 
+echo "== the official openai Python client against qwenrt serve (tests/openai_client.py)"
+# Python only for this test, in a virtual environment of its own (pip needs PyPI; without it the test is skipped,
+# loudly, rather than failing the build).
+venv=build/openai-venv
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+    rm -rf "$venv"
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q openai; } >/dev/null 2>&1 || rm -rf "$venv"
+fi
+if [ -x "$venv/bin/python" ]; then
+    "$venv/bin/python" tests/openai_client.py build/bin/qwenrt
+else
+    echo "openai_client: SKIPPED: no python3-venv, or pip could not install openai (no PyPI access?)"
+fi
+
 echo "== AddressSanitizer + UBSan build + CPU tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRT_SANITIZE=ON -DQRT_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
