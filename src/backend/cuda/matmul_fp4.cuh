@@ -214,13 +214,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two /* low 16 bits: el
 __device__ __forceinline__ uint32_t e4m3x2_hi_to_h2(uint32_t four) { return e4m3x2_to_h2(four >> 16); }
 __device__ __forceinline__ uint32_t e4m3x2_lo_to_h2(uint32_t four) { return e4m3x2_to_h2(four & 0xffff); }
 
-/* Variant v (< FP4_VARIANTS) over the segments (matmul_fp4.cu). */
-void fp4_launch_variant(int v, const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T);
-/* Which parts of a group are fused (NVFP4 with the first such part's K) and their first tiles; returns the fused count
- * and writes the total tiles to tile_begin[count] (matmul_fp4_layout.cu). */
-int fp4_group_layout(const qrt_linear_group *g, int in_fused[QRT_GROUP_MAX], int64_t tile_begin[QRT_GROUP_MAX + 1],
-                     int64_t *K_out);
-
 #endif
 __device__ __forceinline__ uint32_t hmul2_u(uint32_t a, uint32_t b) {
     __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
