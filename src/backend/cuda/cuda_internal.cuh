@@ -35,15 +35,15 @@ void qrt_cuda_after_launch(const char *file, int line);
 
 /* ---- programmatic dependent launch (sm_90 and later) ------------------------------------------------------
  * Why: a decode step is ~700 kernels back to back. A kernel launched by QRT_LAUNCH may be launched while the kernel
- * before it on the stream still runs, so its blocks are already resident when that one completes (H200, ctx 128:
- * 147.8 -> 150.7 tok/s; without the release below, 145.2). The rule that keeps this correct: every kernel launched
+ * before it on the stream still runs, so its blocks are already resident when that one completes (about 2% of decode
+ * on the H200, docs/benchmarks.md). The rule that keeps this correct: every kernel launched
  * by QRT_LAUNCH begins with pdl_start() in every thread, before it touches any memory that a forward kernel writes
  * (mma_cl asks for its first weights before it: they are written only at load, which ends in a device-wide
  * synchronisation; gdn_head and conv1d ask for their states to be brought into the L2, l2_prefetch below, which reads
  * nothing into the kernel). It returns once the kernel before has completed and its writes are visible, so the kernel
  * runs exactly as after a plain launch; then it lets the next kernel launch (so at most one kernel waits behind a
  * running one). Weights asked for before the wait: mma_cl's first ring slot gains (matmul_fp4_cl.cu); an L2 prefetch in
- * mma_w1 / mma_k lost at T = 7 (K=6 420 -> 418 tok/s, 2026-12-02) and cost TTFT (2026-12-01). Kernels outside the
+ * mma_w1 / mma_k lost (docs/benchmarks.md, "Tried and did not help"). Kernels outside the
  * forward (fills, layout changes, the read probe, the graph's step slot) keep plain launches, which wait for
  * everything before them. Both instructions do nothing after a plain launch (QRT_CUDA_PDL=0, or a GPU below sm_90). */
 __device__ __forceinline__ void pdl_start(void) {

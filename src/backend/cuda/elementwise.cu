@@ -18,8 +18,8 @@ extern "C" {
 }
 
 /* One 16-byte chunk of a table row per thread (rows are padded to 16 bytes, so every chunk is aligned), widened by
- * the dense matmuls' load_w_chunk: one load per thread instead of one per element (ncu, H200, a 5120-wide BF16 row:
- * 10 µs at 256 threads, element by element). */
+ * the dense matmuls' load_w_chunk: one load per thread instead of one per element (element by element, each load
+ * waits out its own round trip). */
 template <int FMT>
 __global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp, const int32_t *ids /* [T] */,
                            float *out /* [T][D] */) {
@@ -65,7 +65,7 @@ void qrt_cuda_swiglu(const float *g, const float *u, size_t n, float *y) {
     QRT_LAUNCH(swiglu_kernel, ew_grid(n), 256, 0, g, u, n, y);
 }
 
-#define ARGMAX_BLOCKS 128 /* 4 per lane of argmax_final; 32 blocks kept too few loads in flight (14 µs for 248320) */
+#define ARGMAX_BLOCKS 128 /* 4 per lane of argmax_final; 32 blocks keep too few loads in flight for a 248K row */
 #define ARGMAX_MAX_ROWS 64 /* rows per launch pair: the partials live in static device memory */
 
 __device__ float argmax_part_v[ARGMAX_MAX_ROWS * ARGMAX_BLOCKS];
@@ -93,8 +93,7 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
     float bv = -INFINITY;
     int bi = INT_MAX; /* "nothing yet": a real -inf at any index beats it */
     int bad = 0;
-    /* unrolled so that 8 loads are in flight at once (one per iteration waited out a round trip each: ncu, H200,
-     * a 248320-float row: 13.9 µs); the choice is a total order, so the visiting order changes nothing */
+    /* unrolled so that 8 loads are in flight at once (one per iteration waits out a round trip each); the choice is a total order, so the visiting order changes nothing */
 #pragma unroll 8
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const float v = row[i];

@@ -11,14 +11,10 @@
  *                       threads (one element per thread of warps 0..3, warp sums combined as block_sum does), so
  *                       the output is that kernel's function of the recurrence output. Dv ≤ 128.
  *                       Each token's inputs are loaded while the token before is computed (gdn_load_token): a
- *                       call of T tokens waits out one L2 round trip, not T (H200: verify T = 7 ~23 us per call
- *                       before; K=6 cycle 12.32 -> 11.90 ms, TTFT at ctx 2048 1517 -> 1461 ms). The head's state
- *                       is asked into the L2 before the launch wait (l2_prefetch), with the conv state in conv1d:
- *                       H200, decode at ctx 128 182.0-182.3 -> 184.4-184.5 tok/s in one call, K=6 unchanged.
- * Tried, measured, dropped (session 5, docs/benchmarks.md): a cluster of 4 blocks per head, each owning 32 columns
- * and exchanging the norm's warp sums through distributed shared memory — 7.0 → 7.8 µs at T = 1: one SM moving the
- * head's 64 KB of state was not the limit. Session 7: Dk inside each warp (warp w owning 8 columns, lane l rows
- * l + 32r, one barrier per token; branch gdn-warp): 16-20 -> 40-48 us per call in the K = 6 window.
+ *                       call of T tokens waits out one L2 round trip, not T. The head's state is asked into the
+ *                       L2 before the launch wait (l2_prefetch), with the conv state in conv1d.
+ * Layouts that measured slower (a cluster of blocks per head, Dk split inside each warp) are listed in
+ * docs/benchmarks.md "Tried and did not help".
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
  * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the same
@@ -84,8 +80,8 @@ __device__ __forceinline__ float sum_parts(const float (*part)[GDN_COLS], int c)
 }
 
 /* EXACT: Dk = DKMAX and Dv = GDN_COLS (Qwen3.5/3.6: 128 and 128), known when compiling: every bound check folds away
- * and the state's row stride becomes an immediate (ncu, H200, T = 1: ~1500 instructions per warp, over a third of
- * them the state load's and store's addressing and predicates); the arithmetic, so the bits, are the same. */
+ * and the state's row stride becomes an immediate (without it a third of the instructions are the state load's and
+ * store's addressing and predicates); the arithmetic, so the bits, are the same. */
 template <int DKMAX, bool EXACT>
 __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][2·Hk·Dk + Hv·Dv] */,
                                                         const float *a /* [T][Hv] */, const float *b /* [T][Hv] */,
