@@ -445,7 +445,7 @@ static void test_rmsnorm(int rows, int n, uint64_t seed) {
     gpu->rmsnorm(xd, wd, rows, n, 1e-6f, yd);
     snprintf(what, sizeof what, "rmsnorm rows=%d n=%d", rows, n);
     check(what, yd, ref, (size_t)rows * n, 1e-6);
-    gpu->rmsnorm(xd, wd, rows, n, 1e-6f, xd); /* in place, as model.c calls it */
+    gpu->rmsnorm(xd, wd, rows, n, 1e-6f, xd); /* in place, as model/forward.c calls it */
     snprintf(what, sizeof what, "rmsnorm in place rows=%d n=%d", rows, n);
     check(what, xd, ref, (size_t)rows * n, 1e-6);
     free(x), free(w), free(ref);

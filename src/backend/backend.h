@@ -1,5 +1,5 @@
 /* The backend interface: one function pointer per op, explicit pointers and dimensions.
- * model.c writes the forward pass once against this table; the CPU backend is the reference and the
+ * model/forward.c writes the forward pass once against this table; the CPU backend is the reference and the
  * CUDA backend implements the same ops. Pointers are backend memory (host memory on the CPU).
  * Activations are f32. Shapes use the letters of util/common.h. A backend may also record a run of ops
  * as a graph and replay it (the graph_* hooks at the end; CUDA graphs on the GPU, none on the CPU). */

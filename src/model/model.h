@@ -102,7 +102,7 @@ typedef struct {
     float *rec_a, *rec_b;  /* [QRT_MAX_VERIFY][Hv] */
 } qrt_layer_state;
 
-/* One recorded forward of the decode loop (model.c, "Graphs"): the key is everything the recording baked in
+/* One recorded forward of the decode loop (graphs.c): the key is everything the recording baked in
  * besides the step slot's position and token ids. */
 typedef struct {
     int kind;          /* QRT_GRAPH_MAIN (qrt_forward_greedy), QRT_GRAPH_MTP (qrt_mtp_forward with a pick) or

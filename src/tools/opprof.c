@@ -113,7 +113,7 @@ const qrt_backend *qrt_opprof_backend(const qrt_backend *r) {
     timed.copy = t_copy, timed.zero = t_zero, timed.upload = t_upload, timed.download = t_download;
     timed.embed = t_embed, timed.matmul = t_matmul, timed.rmsnorm = t_rmsnorm;
     timed.conv1d_silu = t_conv1d_silu, timed.gdn = t_gdn, timed.attn_prep = t_attn_prep, timed.attention = t_attention;
-    if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model.c loops over the parts without it */
+    if (r->matmul_group) timed.matmul_group = t_matmul_group; /* model/forward.c loops over the parts without it */
     if (r->matmul_swiglu) timed.matmul_swiglu = t_matmul_swiglu; /* ... and calls matmul_group, swiglu */
     timed.swiglu = t_swiglu, timed.add_rmsnorm = t_add_rmsnorm, timed.argmax = t_argmax;
     /* each op is timed on its own: no graphs (a replay would run the ops without calling these wrappers) */

@@ -1,0 +1,136 @@
+/* A session: one sequence's KV caches, GDN states and scratch, carved from one backend allocation. */
+#include "model/model_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float **slot;
+    size_t floats;
+} carve;
+
+static size_t carve_total(const carve *cv, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += QRT_CEIL_DIV(cv[i].floats, 16) * 16; /* 64-byte aligned pieces */
+    return total;
+}
+
+static void carve_assign(const carve *cv, int n, float *base) {
+    for (int i = 0; i < n; i++) {
+        *cv[i].slot = cv[i].floats ? base : NULL;
+        base += QRT_CEIL_DIV(cv[i].floats, 16) * 16;
+    }
+}
+
+/* A KV cache's pieces: k and v in the model's KV format (whole floats of storage), FP8's scales. The carve
+ * slots are floats; kv_assign points the typed fields at them afterwards. */
+typedef struct {
+    float *k, *v, *ks, *vs;
+} kv_slots;
+
+static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
+    const qrt_config *c = &m->cfg;
+    const size_t elems = C * c->n_kv_heads * c->head_dim, floats = QRT_CEIL_DIV(elems * qrt_kv_elem_bytes(m->kv_format), 4);
+    const size_t scales = m->kv_format == QRT_KV_FP8 ? C * c->n_kv_heads : 0;
+    kv->fmt = m->kv_format;
+    cv[0] = (carve){(float **)&kv->k, floats};
+    cv[1] = (carve){(float **)&kv->v, floats};
+    cv[2] = (carve){&kv->ks, scales};
+    cv[3] = (carve){&kv->vs, scales};
+    return 4;
+}
+
+/* The pieces of one session allocation: every layer's state, the MTP's KV cache, the scratch. */
+static int session_pieces(qrt_session *s, carve *cv) {
+    const qrt_model *m = s->m;
+    const qrt_config *c = &m->cfg;
+    const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
+    const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
+    const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
+    const size_t S = Hv * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * cd, C = (size_t)s->max_ctx;
+    const size_t R = m->mtp.present ? QRT_MAX_VERIFY : 0; /* rollback records only for speculative models */
+    int n = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        qrt_layer_state *l = &s->ls[i];
+        if (c->layer_kind[i] == QRT_LAYER_FULL) {
+            n += kv_pieces(m, &l->kv, C, cv + n);
+            continue;
+        }
+        cv[n++] = (carve){&l->S, S};
+        cv[n++] = (carve){&l->conv, conv};
+        cv[n++] = (carve){&l->S_verified, R ? S : 0};
+        cv[n++] = (carve){&l->conv_snap, R ? conv : 0};
+        cv[n++] = (carve){&l->rec_mixed, R * cd};
+        cv[n++] = (carve){&l->rec_conv, R * cd};
+        cv[n++] = (carve){&l->rec_a, R * Hv};
+        cv[n++] = (carve){&l->rec_b, R * Hv};
+    }
+    if (m->mtp.present) n += kv_pieces(m, &s->mtp.kv, C, cv + n);
+    qrt_scratch *sc = &s->sc;
+    const carve scratch[] = {
+        {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
+        {&sc->conv, T * cd},     {&sc->z, T * vdim},       {&sc->a, T * Hv},       {&sc->b, T * Hv},
+        {&sc->core, T * vdim},   {&sc->qg, T * 2 * qdim},  {&sc->ak, T * kvrow},   {&sc->av, T * kvrow},
+        {&sc->attn, T * qdim},   {&sc->mg, T * F},         {&sc->mu, T * F},       {&sc->hfinal, T * D},
+        {&sc->logits, QRT_MAX_VERIFY * (size_t)c->vocab}, {(float **)&sc->picks, T},
+        {&sc->mtp_u, m->mtp.present ? T * 2 * D : 0},      {&sc->mtp_e, m->mtp.present ? T * D : 0},
+        {&sc->mtp_out, m->mtp.present ? T * D : 0},
+    };
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) cv[n++] = scratch[i];
+    return n;
+}
+
+qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
+    *out = NULL;
+    if (!m || max_ctx < 1) return qrt_fail(QRT_ERR_ARG, "qrt_session_new: max_ctx must be at least 1");
+    qrt_session *s = qrt_calloc(1, sizeof *s);
+    if (!s) return QRT_ERR_MEMORY;
+    s->m = m;
+    s->max_ctx = max_ctx;
+    s->ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s->ls);
+    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
+    if (!s->ls || !cv) {
+        free(cv);
+        qrt_session_free(s);
+        return QRT_ERR_MEMORY;
+    }
+    int n = session_pieces(s, cv);
+    QRT_ASSERT(n <= 8 * m->cfg.n_layers + 40);
+    size_t total = carve_total(cv, n);
+    s->arena = m->be->alloc(total * sizeof(float));
+    if (!s->arena) {
+        free(cv);
+        qrt_session_free(s);
+        return qrt_fail(QRT_ERR_MEMORY, "qrt_session_new: cannot allocate %.1f MB for a %d-token session; lower "
+                        "max_ctx", total * 4.0 / 1e6, max_ctx);
+    }
+    carve_assign(cv, n, s->arena);
+    free(cv);
+    const char *g = getenv("QRT_CUDA_GRAPHS");
+    s->graphs_on = !(g && !strcmp(g, "0"));
+    *out = s;
+    return QRT_OK;
+}
+
+void qrt_session_free(qrt_session *s) {
+    if (!s) return;
+    qrt_drop_graphs(s);
+    if (s->arena) s->m->be->free(s->arena);
+    free(s->ls);
+    free(s);
+}
+
+/* GDN states start at zero; KV entries past pos are never read, so they need no clearing. */
+void qrt_session_reset(qrt_session *s) {
+    const qrt_config *c = &s->m->cfg;
+    s->pos = 0;
+    s->recording = 0;
+    s->rec_T = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
+        s->m->be->zero(s->ls[i].S, sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
+        s->m->be->zero(s->ls[i].conv, sizeof(float) * (c->conv_kernel - 1) * s->m->conv_dim);
+    }
+}
+
+int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
