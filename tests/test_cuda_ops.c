@@ -656,8 +656,12 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
         float *hv = host_rand((size_t)pos0 * kvrow, seed + 4, -1, 1);
         float *hqd = dev_in(hq, (size_t)pos0 * qrow), *hkd = dev_in(hk, (size_t)pos0 * kvrow);
         float *hvd = dev_in(hv, (size_t)pos0 * kvrow);
-        cpu->attn_prep(hq, hk, hv, qn, kn, eps, &hkv, pos0, 0, Hq, Hkv, Dh, R, theta);
-        gpu->attn_prep(hqd, hkd, hvd, qnd, knd, eps, &dkv, pos0, 0, Hq, Hkv, Dh, R, theta);
+        for (int p = 0; p < pos0; p += 4096) { /* in prefill-sized pieces (a launch takes at most 65535 tokens) */
+            const int n = QRT_MIN(4096, pos0 - p);
+            cpu->attn_prep(hq + p * qrow, hk + p * kvrow, hv + p * kvrow, qn, kn, eps, &hkv, n, p, Hq, Hkv, Dh, R, theta);
+            gpu->attn_prep(hqd + p * qrow, hkd + p * kvrow, hvd + p * kvrow, qnd, knd, eps, &dkv, n, p, Hq, Hkv, Dh, R,
+                           theta);
+        }
         free(hq), free(hk), free(hv), gpu->free(hqd), gpu->free(hkd), gpu->free(hvd);
     }
     float *q0 = host_rand(nq, seed + 5, -1, 1), *k = host_rand((size_t)T * kvrow, seed + 6, -1, 1);
