@@ -6,7 +6,7 @@
  * (rollback at each j) on the GPU. CUDA graphs (on by default) must give exactly the tokens of plain launches
  * (QRT_CUDA_GRAPHS=0's path), in plain greedy decoding and speculative at several K, over positions that cross
  * attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must actually be
- * replayed. Exit 77 (CTest SKIP) when there is no GPU. */
+ * replayed; the same with the bf16 and fp8 KV caches. Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +274,32 @@ static void run_nvfp4_case(const char *data_dir, int device) {
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpl);
 }
 
+/* The bf16 and fp8 KV caches on the GPU (tensor-core attention, split over fixed key chunks in decode and verify):
+ * speculative decoding and graph replays give plain decoding's tokens on tiny-mm (MTP head, head_dim 32). Positions
+ * 130..330 cross three 64-key chunk boundaries, 1000..1060 the change to 256-key chunks at 1024; the prompts are
+ * prefilled by the long-call path. */
+static void run_kv_cases(const char *data_dir) {
+    char dir[1024], refpath[1100];
+    snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
+    snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
+    const int fmts[] = {QRT_KV_BF16, QRT_KV_FP8};
+    const char *names[] = {"tiny-mm/bf16", "tiny-mm/fp8"};
+    for (int i = 0; i < 2; i++) {
+        qrt_load_opts opts = {.device = QRT_DEVICE_CUDA, .kv_format = fmts[i]};
+        qrt_model *m = NULL;
+        qrt_st_set ref = {0};
+        if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
+            printf("FAIL %s: %s\n", names[i], qrt_last_error());
+            failures++;
+        } else {
+            run_graph_cases(m, &ref, names[i], 130, 200);
+            run_graph_cases(m, &ref, names[i], 1000, 60);
+        }
+        qrt_st_close(&ref);
+        qrt_model_free(m);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_cuda_model DATA_DIR [cpu]   (cpu: run the same checks on the CPU backend)\n");
@@ -308,6 +334,7 @@ int main(int argc, char **argv) {
         qrt_st_close(&ref);
         qrt_model_free(m);
     }
+    if (device == QRT_DEVICE_CUDA) run_kv_cases(argv[1]);
     run_nvfp4_case(argv[1], device);
     printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -639,7 +639,8 @@ static void check_caches(const char *shape, const qrt_kv *dkv, const qrt_kv *hkv
 
 /* attn_prep of pos0 history tokens then of T tokens at pos0 on each backend, compared (queries, both caches); then
  * attention over identical inputs (the CPU's cache and queries uploaded), compared; then tokens of the batch
- * computed alone, which must give the same bits (prep and attention). */
+ * computed alone, which must give the same bits (prep and attention; attention only up to QRT_ATTN_SPLIT_MAX_T tokens on
+ * the tensor-core path, whose prefill pieces fold keys in another order). */
 static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta, uint64_t seed) {
     const int C = pos0 + T;
     const size_t qrow = (size_t)Hq * 2 * Dh, kvrow = (size_t)Hkv * Dh, rows = (size_t)C * Hkv;
@@ -655,8 +656,12 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
         float *hv = host_rand((size_t)pos0 * kvrow, seed + 4, -1, 1);
         float *hqd = dev_in(hq, (size_t)pos0 * qrow), *hkd = dev_in(hk, (size_t)pos0 * kvrow);
         float *hvd = dev_in(hv, (size_t)pos0 * kvrow);
-        cpu->attn_prep(hq, hk, hv, qn, kn, eps, &hkv, pos0, 0, Hq, Hkv, Dh, R, theta);
-        gpu->attn_prep(hqd, hkd, hvd, qnd, knd, eps, &dkv, pos0, 0, Hq, Hkv, Dh, R, theta);
+        for (int p = 0; p < pos0; p += 4096) { /* in prefill-sized pieces (a launch takes at most 65535 tokens) */
+            const int n = QRT_MIN(4096, pos0 - p);
+            cpu->attn_prep(hq + p * qrow, hk + p * kvrow, hv + p * kvrow, qn, kn, eps, &hkv, n, p, Hq, Hkv, Dh, R, theta);
+            gpu->attn_prep(hqd + p * qrow, hkd + p * kvrow, hvd + p * kvrow, qnd, knd, eps, &dkv, n, p, Hq, Hkv, Dh, R,
+                           theta);
+        }
         free(hq), free(hk), free(hv), gpu->free(hqd), gpu->free(hkd), gpu->free(hvd);
     }
     float *q0 = host_rand(nq, seed + 5, -1, 1), *k = host_rand((size_t)T * kvrow, seed + 6, -1, 1);
@@ -691,11 +696,15 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
     cpu->attention(qg, &hkv, T, pos0, Hq, Hkv, Dh, ref);
     gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, od);
     snprintf(what, sizeof what, "attention %s", shape);
-    float *o = check_dev(what, od, NULL, ref, no, 1e-5);
+    /* the tensor-core kernel (bf16 and fp8 caches at Dh 32/64/128/256) takes q and p as two bf16 terms each, 16
+     * significant bits: within 5e-5; the f32 path within 1e-5 */
+    const int tc = fmt != QRT_KV_F32 && (Dh == 32 || Dh == 64 || Dh == 128 || Dh == 256);
+    float *o = check_dev(what, od, NULL, ref, no, tc ? 5e-5 : 1e-5);
     const size_t orow = (size_t)Hq * Dh;
     for (int i = 0; i < 3; i++) { /* batch invariance: a token alone (its own chunks, its own merge) */
         const int t = ts[i];
         if (i && t == ts[i - 1]) continue;
+        if (T > QRT_ATTN_SPLIT_MAX_T && tc) break; /* a prefill piece: another key order, not the same bits */
         float *o1d = dev_out(orow);
         gpu->attention(qgd + t * qrow, &dkv, 1, pos0 + t, Hq, Hkv, Dh, o1d);
         float *o1 = download(o1d, orow);
@@ -792,8 +801,47 @@ static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
     free(e), free(ref), gpu->free(yd), gpu->free((void *)eg.data);
 }
 
+/* attention preparation and attention in every cache format */
+static void test_attention_cases(void) {
+    /* attention preparation and attention: decode and prefill, GQA 6:1 at Dh 256 (27B); contexts of one chunk, of
+     * many (up to 64 at 8K), calls mixing one-chunk and many-chunk tokens, a call across the point where the chunk
+     * length grows (n = 2049), several 16-token slices; the fixture shapes and odd head sizes */
+    for (int fmt = QRT_KV_F32; fmt <= QRT_KV_FP8; fmt++) {
+        test_attention(fmt, 1, 300, 24, 4, 256, 64, 1e7, 111);
+        test_attention(fmt, 1, 0, 24, 4, 256, 64, 1e7, 112);
+        test_attention(fmt, 33, 0, 24, 4, 256, 64, 1e7, 113);
+        test_attention(fmt, 7, 129, 24, 4, 256, 64, 1e7, 114);
+        test_attention(fmt, 1, 8191, 24, 4, 256, 64, 1e7, 115);
+        test_attention(fmt, 9, 4000, 24, 4, 256, 64, 1e7, 116);
+        test_attention(fmt, 17, 2040, 24, 4, 256, 64, 1e7, 117);
+        test_attention(fmt, 5, 3, 4, 2, 32, 8, 1e7, 118);
+        test_attention(fmt, 130, 0, 4, 1, 64, 16, 1e4, 119);
+        test_attention(fmt, 2, 40, 2, 2, 48, 16, 1e4, 120);
+        test_attention(fmt, 20, 100, 6, 2, 40, 8, 1e6, 121);
+        /* the tensor-core kernel's chunks: a verify across the first 64-key boundary (tokens with one chunk and with
+         * two) and across the change to 256-key chunks at 1024; G = 8 at Dh 128 in two 8-token slices; G = 12 (two
+         * row tiles per slice); a context crossing the change to 4096-key chunks at 74752; prefill pieces at odd
+         * contexts (200 tokens after 37, a partial last row tile; Dh 32 after 5) */
+        test_attention(fmt, 7, 60, 24, 4, 256, 64, 1e7, 131);
+        test_attention(fmt, 7, 1020, 24, 4, 256, 64, 1e7, 132);
+        test_attention(fmt, 16, 300, 16, 2, 128, 32, 1e6, 133);
+        test_attention(fmt, 9, 50, 12, 1, 64, 16, 1e4, 134);
+        test_attention(fmt, 3, 74750, 2, 1, 64, 16, 1e7, 135);
+        test_attention(fmt, 200, 37, 24, 4, 256, 64, 1e7, 136);
+        test_attention(fmt, 33, 5, 4, 2, 32, 8, 1e4, 137);
+    }
+}
+
 int main(int argc, char **argv) {
-    int quick = argc > 1 && !strcmp(argv[1], "--quick"); /* skip the 27B-shape lm_head cases */
+    int quick = 0, attention_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1; /* skip the 27B-shape lm_head cases */
+        else if (!strcmp(argv[i], "--attention")) attention_only = 1; /* only the attention cases */
+        else {
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--attention]\n");
+            return 2;
+        }
+    }
     if (qrt_cuda_device_count() < 1) {
         printf("SKIP: no CUDA device (no GPU or no driver); the gpu tests need one\n");
         return 77;
@@ -810,6 +858,12 @@ int main(int argc, char **argv) {
     printf("device: %s\n", dev);
     double t0 = qrt_now_ms();
 
+    if (attention_only) {
+        test_attention_cases();
+        printf("%s: %d of %d checks failed (%.1f s)\n", failures ? "FAIL" : "PASS", failures, checks,
+               (qrt_now_ms() - t0) / 1e3);
+        return failures ? 1 : 0;
+    }
     const int Ts_small[] = {1, 2, 7, 16, 17, 64};
     const int Ts_real[] = {1, 7, 64};
     /* dense matmul: 27B shapes (BF16, as stored) and odd ones in every format */
@@ -886,22 +940,7 @@ int main(int argc, char **argv) {
     test_gdn(130, 2, 6, 32, 32, 1, 95);
     test_gdn(9, 2, 4, 32, 48, 0, 96);
     test_gdn(3, 1, 2, 64, 40, 0, 97);
-    /* attention preparation and attention: decode and prefill, GQA 6:1 at Dh 256 (27B); contexts of one chunk, of
-     * many (up to 64 at 8K), calls mixing one-chunk and many-chunk tokens, a call across the point where the chunk
-     * length grows (n = 2049), several 16-token slices; the fixture shapes and odd head sizes */
-    for (int fmt = QRT_KV_F32; fmt <= QRT_KV_FP8; fmt++) {
-        test_attention(fmt, 1, 300, 24, 4, 256, 64, 1e7, 111);
-        test_attention(fmt, 1, 0, 24, 4, 256, 64, 1e7, 112);
-        test_attention(fmt, 33, 0, 24, 4, 256, 64, 1e7, 113);
-        test_attention(fmt, 7, 129, 24, 4, 256, 64, 1e7, 114);
-        test_attention(fmt, 1, 8191, 24, 4, 256, 64, 1e7, 115);
-        test_attention(fmt, 9, 4000, 24, 4, 256, 64, 1e7, 116);
-        test_attention(fmt, 17, 2040, 24, 4, 256, 64, 1e7, 117);
-        test_attention(fmt, 5, 3, 4, 2, 32, 8, 1e7, 118);
-        test_attention(fmt, 130, 0, 4, 1, 64, 16, 1e4, 119);
-        test_attention(fmt, 2, 40, 2, 2, 48, 16, 1e4, 120);
-        test_attention(fmt, 20, 100, 6, 2, 40, 8, 1e6, 121);
-    }
+    test_attention_cases();
     /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more
      * rows than one launch pair takes (64) */
     test_argmax(1, 248320, 125);

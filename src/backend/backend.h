@@ -86,7 +86,8 @@ typedef struct qrt_backend {
                       float eps, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, int R, double theta);
     /* Causal GQA attention of T queries at positions pos0.. over a cache holding pos0 + T entries, gated:
      * out = softmax(q·Kᵀ/√Dh)·V · sigmoid(gate), with q and gate the halves of qg's rows as attn_prep left them.
-     * A token's result depends only on its position, never on T. */
+     * For T ≤ QRT_ATTN_SPLIT_MAX_T (decode, a verify) a token's result depends only on its position, never on T:
+     * the same bits alone or in a batch. Longer calls (prefill pieces) may differ from those in the last bits. */
     void (*attention)(const float *qg /* [T][Hq][2·Dh] */, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh,
                       float *out /* [T][Hq][Dh] */);
     /* y = silu(g) · u */
@@ -116,6 +117,8 @@ typedef struct qrt_backend {
 
 /* Most token ids a recorded forward reads from the step slot (decode T = 1, a verify T = K + 1 ≤ 17). */
 #define QRT_GRAPH_MAX_T 32
+/* The longest call whose attention is batch-invariant (see attention); at least QRT_GRAPH_MAX_T. */
+#define QRT_ATTN_SPLIT_MAX_T 32
 
 const qrt_backend *qrt_backend_cpu(void);
 void qrt_cpu_set_threads(int n);

@@ -12,12 +12,22 @@
  *                             shared memory; lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8); F the KV format. A token
  *                             whose keys are one chunk writes its gated output directly; otherwise the chunk's
  *                             (max, sum, unnormalised output) goes to a scratch slot.
- *   2  attention_merge<E>     one warp per (token, q-head) with more than one chunk: folds the chunks in the order
- *                             0, 1, ... and applies the gate.
- * Chunks: the token at position p attends to n = p + 1 keys, cut into chunks of att_chunk_keys(n) = max(32,
- * ceil(n / 64)) keys (at most 64 chunks). The cut depends only on n, never on T or on the call's other tokens, so
- * a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece.
- * Recorded into a CUDA graph, all three kernels read the position from the step slot (backend.cu) instead of
+ *   2  attention_merge<E,TC>  one warp per (token, q-head) with more than one chunk: folds the chunks in the order
+ *                             0, 1, ... and applies the gate (TC: variant 3's chunks, else variant 1's).
+ *   3  attention_tc<Dh,F>     bf16 and fp8 caches at Dh 32/64/128/256, on tensor cores (mma.sync m16n8k16 bf16,
+ *                             sm_80+): one block of 4 warps per (64 query rows, kv head[, key chunk]); the rows are
+ *                             the G = Hq/Hkv heads of one kv head times the call's tokens, so each 32-key tile of
+ *                             the cache is read once for all of them (fp8 at its byte size, widened in shared
+ *                             memory). Online softmax in f32; q and p enter the mma as two bf16 terms each (16
+ *                             significant bits). Up to QRT_ATTN_SPLIT_MAX_T tokens: split over fixed key chunks
+ *                             (fa_chunk_of) and merged by 2; longer calls (prefill): each block runs over all of
+ *                             its keys, no T x T buffer, no scratch.
+ * Chunks of variant 1: the token at position p attends to n = p + 1 keys, cut into chunks of att_chunk_keys(n) =
+ * max(32, ceil(n / 64)) keys (at most 64 chunks). The cut depends only on n, never on T or on the call's other
+ * tokens, so a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece.
+ * Variant 3's chunks are fixed key ranges, so a token's chunks depend only on its position too; its prefill path
+ * (T > QRT_ATTN_SPLIT_MAX_T) folds the keys in another order and may differ from decode in the last bits.
+ * Recorded into a CUDA graph, all the kernels read the position from the step slot (backend.cu) instead of
  * their pos0 argument, and the chunk grid is sized for the session's longest context, so one graph serves every
  * position with the same bits. */
 #include "backend/cuda/cuda_internal.cuh"
@@ -48,13 +58,55 @@ static int att_chunks_max(int pos0, int t0, int T) {
     return most;
 }
 
-/* Scratch layout for ATT_SLICE tokens (tl = token within the slice): the chunk outputs [ATT_SLICE][Hq][64][Dh],
- * then each chunk's (max, sum) [ATT_SLICE][Hq][64][2]. */
-__device__ static inline size_t att_o_at(int tl, int h, int c, int Hq, int Dh) {
-    return (((size_t)tl * Hq + h) * ATT_MAX_CHUNKS + c) * Dh;
+/* Key chunks of the split path, fixed by key position alone: 16 chunks of 64 keys, then 32 of 256, 64 of 1024, 32 of
+ * 4096 and 16 of 16384 (467,968 keys in 160 chunks). Short contexts get small chunks (blocks enough to fill the GPU),
+ * long ones big chunks (few partial outputs to write and merge for each row). */
+#define FA_TIERS 5
+#define FA_MAX_CHUNKS 160
+#define FA_MAX_KEYS 467968
+__host__ __device__ static inline int fa_tier_len(int i) {
+    return i == 0 ? 64 : i == 1 ? 256 : i == 2 ? 1024 : i == 3 ? 4096 : 16384;
 }
-__device__ static inline size_t att_ml_at(int tl, int h, int c, int Hq, int Dh) {
-    return (size_t)ATT_SLICE * Hq * ATT_MAX_CHUNKS * Dh + (((size_t)tl * Hq + h) * ATT_MAX_CHUNKS + c) * 2;
+__host__ __device__ static inline int fa_tier_count(int i) {
+    return i == 0 ? 16 : i == 1 ? 32 : i == 2 ? 64 : i == 3 ? 32 : 16;
+}
+
+/* The chunk holding key j < FA_MAX_KEYS. */
+__host__ __device__ static inline int fa_chunk_of(int j) {
+    int c = 0, start = 0;
+    for (int i = 0; i < FA_TIERS - 1; i++) {
+        const int end = start + fa_tier_len(i) * fa_tier_count(i);
+        if (j < end) return c + (j - start) / fa_tier_len(i);
+        c += fa_tier_count(i), start = end;
+    }
+    return c + (j - start) / fa_tier_len(FA_TIERS - 1);
+}
+/* Chunks of a token that attends to n ≥ 1 keys (monotonic in n). */
+__host__ __device__ static inline int fa_chunks(int n) { return fa_chunk_of(n - 1) + 1; }
+/* Keys [*j0, *j1) of chunk c. */
+__host__ __device__ static inline void fa_chunk_keys(int c, int *j0, int *j1) {
+    int first = 0, start = 0;
+    for (int i = 0; i < FA_TIERS; i++) {
+        if (c < first + fa_tier_count(i) || i == FA_TIERS - 1) {
+            *j0 = start + (c - first) * fa_tier_len(i), *j1 = *j0 + fa_tier_len(i);
+            return;
+        }
+        start += fa_tier_len(i) * fa_tier_count(i), first += fa_tier_count(i);
+    }
+}
+
+
+/* tokens per split launch of variant 3: bounds the scratch; a 27B verify of K + 1 ≤ 8 tokens is one launch */
+#define FA_SLICE 8
+
+/* Scratch layout for `slice` tokens (tl = token within the slice) of up to maxc chunks each: the chunk outputs
+ * [slice][Hq][maxc][Dh], then each chunk's (max, sum) [slice][Hq][maxc][2]. Variant 1 uses (ATT_SLICE,
+ * ATT_MAX_CHUNKS), variant 3 (FA_SLICE, FA_MAX_CHUNKS). */
+__device__ static inline size_t att_o_at(int tl, int h, int c, int Hq, int Dh, int maxc) {
+    return (((size_t)tl * Hq + h) * maxc + c) * Dh;
+}
+__device__ static inline size_t att_ml_at(int tl, int h, int c, int Hq, int Dh, int maxc, int slice) {
+    return (size_t)slice * Hq * maxc * Dh + (((size_t)tl * Hq + h) * maxc + c) * 2;
 }
 
 /* ---- preparation ---------------------------------------------------------------------------------------- */
@@ -183,8 +235,7 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
         o[e] = 0.0f;
     }
     /* Keys j0 + warp + 4i in order, each loaded ATT_AHEAD keys before its turn: with one key's rows in flight at a
-     * time a warp waited out a memory round trip per key (ncu, H200, ctx 128: 22.6 µs per layer). The arithmetic
-     * per key and its order are unchanged. */
+     * time a warp waited out a memory round trip per key. The arithmetic per key and its order are unchanged. */
     float kb[ATT_AHEAD][E], vb[ATT_AHEAD][E];
     auto load_key = [&](int j, float (&kr)[E], float (&vr)[E]) {
         const size_t row = (size_t)j * Hkv + g;
@@ -229,7 +280,7 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
         f[w] = part_l[w] > 0.0f ? expf(part_m[w] - M) : 0.0f; /* a warp without keys has m = -inf, l = 0 */
         L += part_l[w] * f[w];
     }
-    float *po = part + att_o_at(tl, h, c, Hq, Dh), *dst = out + ((size_t)t * Hq + h) * Dh;
+    float *po = part + att_o_at(tl, h, c, Hq, Dh, ATT_MAX_CHUNKS), *dst = out + ((size_t)t * Hq + h) * Dh;
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int d = lane + 32 * e;
@@ -241,37 +292,43 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
         else po[d] = acc;
     }
     if (nch > 1 && lane == 0) {
-        float *ml = part + att_ml_at(tl, h, c, Hq, Dh);
+        float *ml = part + att_ml_at(tl, h, c, Hq, Dh, ATT_MAX_CHUNKS, ATT_SLICE);
         ml[0] = M, ml[1] = L;
     }
 }
 
-/* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order. */
-template <int E>
+/* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order; TC: variant 3's chunks and scratch
+ * layout, else variant 1's. */
+template <int E, int TC>
 __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, const int *pos_dev, int pos0,
                                                       int t0, int Hq, int Dh, float *out /* [T][Hq][Dh] */,
                                                       const float *part /* scratch, att_o_at / att_ml_at */) {
+    constexpr int MAXC = TC ? FA_MAX_CHUNKS : ATT_MAX_CHUNKS, SLICE = TC ? FA_SLICE : ATT_SLICE;
+    constexpr int R = (MAXC + 31) / 32; /* chunks per lane */
     pdl_start();
     const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, lane = threadIdx.x;
-    const int nch = att_chunks((pos_dev ? *pos_dev : pos0) + t + 1);
-    if (nch == 1) return; /* attention_chunk wrote it */
-    /* Every load issued before it is needed (a loop over the chunks waited out a round trip per chunk, twice: ncu,
-     * H200, ctx 128: 7.6 µs). Lane c holds chunk c's and c + 32's (max, sum); the sums and outputs are still folded in
-     * chunk order, so the bits are the loop's. */
+    const int n = (pos_dev ? *pos_dev : pos0) + t + 1, nch = TC ? fa_chunks(n) : att_chunks(n);
+    if (nch == 1) return; /* the chunk kernel wrote it */
+    /* Every load issued before it is needed (a loop over the chunks waited out a round trip per chunk, twice). Lane
+     * l holds chunk l + 32r's (max, sum); the sums and outputs are still folded in chunk order, so the bits are the
+     * loop's. */
     const float *gate = qg + ((size_t)t * Hq + h) * 2 * Dh + Dh;
     float gv[E];
 #pragma unroll
     for (int e = 0; e < E; e++) gv[e] = lane + 32 * e < Dh ? gate[lane + 32 * e] : 0.0f;
-    float mc[2], lc[2];
+    float mc[R], lc[R], M = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < R; r++) {
         const int c = lane + 32 * r;
-        const float *ml = part + att_ml_at(tl, h, c < nch ? c : 0, Hq, Dh);
+        const float *ml = part + att_ml_at(tl, h, c < nch ? c : 0, Hq, Dh, MAXC, SLICE);
         mc[r] = c < nch ? ml[0] : -INFINITY;
         lc[r] = c < nch ? ml[1] : 0.0f;
+        M = fmaxf(M, mc[r]);
     }
-    const float M = warp_max(fmaxf(mc[0], mc[1]));
-    const float fc[2] = {expf(mc[0] - M), expf(mc[1] - M)};
+    M = warp_max(M);
+    float fc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) fc[r] = expf(mc[r] - M);
     float L = 0.0f, acc[E];
 #pragma unroll
     for (int e = 0; e < E; e++) acc[e] = 0.0f;
@@ -279,7 +336,7 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
         float po[ATT_MERGE_BATCH][E];
 #pragma unroll
         for (int b = 0; b < ATT_MERGE_BATCH; b++) {
-            const float *pc = part + att_o_at(tl, h, c0 + b < nch ? c0 + b : 0, Hq, Dh);
+            const float *pc = part + att_o_at(tl, h, c0 + b < nch ? c0 + b : 0, Hq, Dh, MAXC);
 #pragma unroll
             for (int e = 0; e < E; e++) po[b][e] = c0 + b < nch && lane + 32 * e < Dh ? pc[lane + 32 * e] : 0.0f;
         }
@@ -287,8 +344,12 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
         for (int b = 0; b < ATT_MERGE_BATCH; b++) {
             const int c = c0 + b;
             if (c >= nch) break;
-            const float f = __shfl_sync(0xffffffffu, c < 32 ? fc[0] : fc[1], c & 31);
-            const float lsum = __shfl_sync(0xffffffffu, c < 32 ? lc[0] : lc[1], c & 31);
+            float fsel = fc[0], lsel = lc[0]; /* lane c % 32's values of chunk c: r = c / 32, chosen without indexing */
+#pragma unroll
+            for (int r = 1; r < R; r++)
+                if (c >> 5 == r) fsel = fc[r], lsel = lc[r];
+            const float f = __shfl_sync(0xffffffffu, fsel, c & 31);
+            const float lsum = __shfl_sync(0xffffffffu, lsel, c & 31);
             L += lsum * f;
 #pragma unroll
             for (int e = 0; e < E; e++)
@@ -303,15 +364,300 @@ __global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq]
     }
 }
 
-/* The chunk scratch, for ATT_SLICE tokens of the largest Hq·Dh seen. It is made at the first attention call,
- * which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a later model
- * with larger heads replaces it (cudaFree waits for the kernels that use the old one; graphs recorded with the
- * old one are retired by the epoch). */
+/* ---- tensor-core attention (bf16 and fp8 caches) ------------------------------------------------------- */
+
+#define FA_ROWS 64  /* query rows per block, 16 per warp; row r of a KV group is token r / G, head g·G + r % G */
+#define FA_KT 32    /* keys per tile */
+#define FA_STAGES 3 /* tiles in shared memory: the one in use and two in flight */
+
+/* Shared memory: the block's queries as two bf16 terms (hi + lo, 16 significant bits), then per stage the key and
+ * value tiles; fp8 adds the raw tiles' scales and one widened bf16 tile pair. Rows are Dh + 8 elements apart: the
+ * 16 bytes of padding shift consecutive rows by 4 banks, so ldmatrix's 8 row addresses hit distinct banks. */
+template <int DH> struct fa_layout {
+    static constexpr int P = DH + 8;                                    /* bf16 row pitch */
+    static constexpr size_t q = 0;                                      /* [2][FA_ROWS][P] bf16: hi, lo */
+    static constexpr size_t tiles = q + 2 * FA_ROWS * P * 2;                    /* bf16: [stage][k|v][FA_KT][P] */
+    static constexpr size_t bf16_bytes = tiles + FA_STAGES * 2 * FA_KT * P * 2; /* the bf16 cache's total */
+    static constexpr size_t raw = tiles;                                 /* fp8: [stage][k|v][FA_KT][DH] bytes */
+    static constexpr size_t scales = raw + FA_STAGES * 2 * FA_KT * DH;   /* fp8: [stage][k|v][FA_KT] f32 */
+    static constexpr size_t wide = scales + FA_STAGES * 2 * FA_KT * 4;   /* fp8: [k|v][FA_KT][P] bf16 */
+    static constexpr size_t fp8_bytes = wide + 2 * FA_KT * P * 2;
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* 16 (or 4) bytes from global to shared without registers; ok = 0 writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* Four 8x8 b16 matrices; lane l gives the address of row l & 7 of matrix l >> 3. trans: each transposed. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+/* d += a · b, m16n8k16, bf16 in, f32 accumulate */
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
+/* (x, y) as two bf16 terms: hi = bf16(x, y), lo = bf16 of what hi missed */
+__device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    hi = bf16x2_bits(h);
+    lo = bf16x2_bits(__floats2bfloat162_rn(x - __low2float(h), y - __high2float(h)));
+}
+/* Four e4m3 codes (byte i = element i) as four bf16 (exact: e4m3 fits bf16) */
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t four) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(four & 0xffff), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(four >> 16), __NV_E4M3);
+    const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+    return make_uint2(bf16x2_bits(__floats2bfloat162_rn(a.x, a.y)), bf16x2_bits(__floats2bfloat162_rn(b.x, b.y)));
+}
+
+/* Block (row tile, kv head g, chunk c): rows of tokens t0.. (Ts of them) against keys [j0, j1). split = 1: the keys
+ * of chunk c (grid.z spans the chunks); a row whose token has one chunk is written gated, the others leave (max, sum,
+ * unnormalised output) in the scratch for attention_merge. split = 0: every key up to the block's last token (grid.z =
+ * 1), written gated. Per 32-key tile, each warp: S = Q·Kᵀ (q as hi + lo, so two mma per step), the online softmax
+ * over its rows in f32, O += P·V (p as hi + lo). A row's arithmetic depends only on its own query, its position and
+ * the keys, in key order: a key past the row's position enters as p = 0 (the tile's max and the rescale skip it, and
+ * a zero product leaves the accumulator's bits), so the row gets the same bits whichever rows share its block. */
+template <int DH, int F>
+__global__ void __launch_bounds__(128, 1)
+    attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int t0, int Ts, int Hq,
+                 int Hkv, int split, float *out /* [T][Hq][Dh] */, float *part /* scratch, att_o_at / att_ml_at */) {
+    using L = fa_layout<DH>;
+    constexpr int P = L::P;
+    pdl_start();
+    extern __shared__ __align__(16) uint8_t fa_sm[];
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::q);
+    const int G = Hq / Hkv, g = blockIdx.y, rows = Ts * G, c = blockIdx.z;
+    const int tile = split ? blockIdx.x : gridDim.x - 1 - blockIdx.x; /* no split: the rows with most keys first */
+    const int r0 = tile * FA_ROWS, pos = (pos_dev ? *pos_dev : pos0) + t0; /* pos: token t0's position */
+    const int kend = pos + (min(rows, r0 + FA_ROWS) - 1) / G + 1;         /* keys the block's last token sees */
+    int j0 = 0, j1 = kend;
+    if (split) {
+        if (c >= fa_chunks(kend)) return; /* the whole block */
+        fa_chunk_keys(c, &j0, &j1);
+        j1 = min(j1, kend);
+    }
+    const int ntiles = (j1 - j0 + FA_KT - 1) / FA_KT;
+
+    /* Tile i's keys and values into stage i % FA_STAGES, one commit group (empty past the last tile); keys at or
+     * past j1 read nothing and are zeros. */
+    auto issue = [&](int i) {
+        const int jt = j0 + i * FA_KT, st = i % FA_STAGES;
+        if (i >= ntiles) {
+            cp_async_commit();
+            return;
+        }
+        constexpr int EB = F == QRT_KV_BF16 ? 2 : 1, CH = DH * EB / 16; /* element bytes, 16-byte pieces per row */
+        constexpr int DP = F == QRT_KV_BF16 ? 2 * P : DH;                 /* the stage's row pitch in bytes */
+        uint8_t *dst = fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * FA_KT * DP;
+        for (int e = threadIdx.x; e < FA_KT * CH; e += blockDim.x) {
+            const int kr = e / CH, ch = e % CH, j = jt + kr;
+            const bool ok = j < j1;
+            const size_t at = ((size_t)(ok ? j : 0) * Hkv + g) * DH * EB + ch * 16;
+            cp_async16(dst + kr * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.k) + at, ok);
+            cp_async16(dst + (FA_KT + kr) * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.v) + at, ok);
+        }
+        if (F == QRT_KV_FP8) {
+            float *sc = reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * FA_KT;
+            if (threadIdx.x < 2 * FA_KT) {
+                const int kr = threadIdx.x % FA_KT, j = jt + kr;
+                const bool ok = j < j1;
+                const float *src = threadIdx.x < FA_KT ? kv.ks : kv.vs;
+                cp_async4(sc + threadIdx.x, src + (size_t)(ok ? j : 0) * Hkv + g, ok);
+            }
+        }
+        cp_async_commit();
+    };
+    for (int i = 0; i < FA_STAGES - 1; i++) issue(i);
+
+    /* the queries, as hi + lo; rows past the call's are zeros */
+    for (int e = threadIdx.x; e < FA_ROWS * DH / 2; e += blockDim.x) {
+        const int r = e / (DH / 2), d = 2 * (e % (DH / 2)), rr = r0 + r;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (rr < rows)
+            x = *reinterpret_cast<const float2 *>(qg + ((size_t)(t0 + rr / G) * Hq + g * G + rr % G) * 2 * DH + d);
+        uint32_t hi, lo;
+        split_bf16x2(x.x, x.y, hi, lo);
+        *reinterpret_cast<uint32_t *>(qs + r * P + d) = hi;
+        *reinterpret_cast<uint32_t *>(qs + (FA_ROWS + r) * P + d) = lo;
+    }
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3;
+    const int wr0 = r0 + warp * 16;                     /* the warp's first row */
+    const bool active = wr0 < rows;                     /* uniform over the warp */
+    int rpos[2];                                        /* positions of this lane's rows lane/4 and lane/4 + 8 */
+    for (int h = 0; h < 2; h++) {
+        const int rr = wr0 + (lane >> 2) + 8 * h;
+        rpos[h] = rr < rows ? pos + rr / G : -1; /* -1: no key is visible */
+    }
+    const float scale = 1.0f / sqrtf((float)DH);
+    float o[DH / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < DH / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int i = 0; i < ntiles; i++) {
+        const int st = i % FA_STAGES, jt = j0 + i * FA_KT;
+        issue(i + FA_STAGES - 1); /* into the stage tile i - 1 used */
+        cp_async_wait<FA_STAGES - 1>();
+        __syncthreads();
+        const __nv_bfloat16 *kt, *vt;
+        const float *ksc = NULL, *vsc = NULL;
+        if (F == QRT_KV_BF16) {
+            kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * FA_KT * P;
+            vt = kt + FA_KT * P;
+        } else { /* widen the stage's codes to bf16 (the scales are applied to the products) */
+            const uint8_t *raw = fa_sm + L::raw + (size_t)st * 2 * FA_KT * DH;
+            __nv_bfloat16 *wide = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::wide);
+            for (int e = threadIdx.x; e < 2 * FA_KT * DH / 4; e += blockDim.x) {
+                const int kr = e / (DH / 4), d = 4 * (e % (DH / 4));
+                *reinterpret_cast<uint2 *>(wide + kr * P + d) =
+                    e4m3x4_to_bf16x4(*reinterpret_cast<const uint32_t *>(raw + kr * DH + d));
+            }
+            __syncthreads();
+            kt = wide, vt = wide + FA_KT * P;
+            ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * FA_KT, vsc = ksc + FA_KT;
+        }
+        if (active) {
+            /* S = Q·Kᵀ: 16 rows × 32 keys, n-tiles of 8 keys */
+            float s[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            const __nv_bfloat16 *qw = qs + (warp * 16 + (lane & 15)) * P + (lane >> 4) * 8;
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++) {
+                uint32_t ah[4], al[4];
+                ldsm_x4(ah, qw + kk * 16);
+                ldsm_x4(al, qw + FA_ROWS * P + kk * 16);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+                    mma_bf16(s[2 * np], ah, b[0], b[1]);
+                    mma_bf16(s[2 * np], al, b[0], b[1]);
+                    mma_bf16(s[2 * np + 1], ah, b[2], b[3]);
+                    mma_bf16(s[2 * np + 1], al, b[2], b[3]);
+                }
+            }
+            /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
+            float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kr = 8 * n + 2 * quad + (e & 1);
+                    float x = s[n][e] * scale;
+                    if (F == QRT_KV_FP8) x = s[n][e] * ksc[kr] * scale;
+                    x = jt + kr <= rpos[e >> 1] ? x : -INFINITY;
+                    s[n][e] = x;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
+                }
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+                const float mn = fmaxf(m[h], mt[h]);
+                corr[h] = mn == -INFINITY ? 1.0f : expf(m[h] - mn); /* no key yet: nothing to rescale */
+                m[h] = mn;
+                l[h] *= corr[h];
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[e >> 1]);
+                    l[e >> 1] += p;
+                    s[n][e] = F == QRT_KV_FP8 ? p * vsc[8 * n + 2 * quad + (e & 1)] : p;
+                }
+#pragma unroll
+            for (int n = 0; n < DH / 8; n++)
+                o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+            /* O += P·V: P's accumulator layout is the A operand's, two n-tiles of 8 keys per 16-key step */
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t ph[4], pl[4];
+                split_bf16x2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+                split_bf16x2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+                split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+                split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+                const __nv_bfloat16 *vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
+#pragma unroll
+                for (int nd = 0; nd < DH / 16; nd++) {
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vrow + nd * 16);
+                    mma_bf16(o[2 * nd], ph, b[0], b[1]);
+                    mma_bf16(o[2 * nd], pl, b[0], b[1]);
+                    mma_bf16(o[2 * nd + 1], ph, b[2], b[3]);
+                    mma_bf16(o[2 * nd + 1], pl, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* its stage is refilled next */
+    }
+    if (!active) return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* the 4 lanes of a row add the same pairs: the same bits */
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int rr = wr0 + (lane >> 2) + 8 * h;
+        if (rr >= rows) continue;
+        const int t = rr / G, head = g * G + rr % G;
+        const int nch = split ? fa_chunks(rpos[h] + 1) : 1;
+        if (c >= nch) continue; /* this token's keys end before the chunk */
+        if (nch == 1) {
+            const float *gate = qg + ((size_t)(t0 + t) * Hq + head) * 2 * DH + DH;
+            float *dst = out + ((size_t)(t0 + t) * Hq + head) * DH;
+#pragma unroll
+            for (int n = 0; n < DH / 8; n++) {
+                const int d = 8 * n + 2 * quad;
+                dst[d] = o[n][2 * h] / sum * sigmoid_f(gate[d]);
+                dst[d + 1] = o[n][2 * h + 1] / sum * sigmoid_f(gate[d + 1]);
+            }
+        } else {
+            float *po = part + att_o_at(t, head, c, Hq, DH, FA_MAX_CHUNKS);
+#pragma unroll
+            for (int n = 0; n < DH / 8; n++)
+                *reinterpret_cast<float2 *>(po + 8 * n + 2 * quad) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+            if (quad == 0) {
+                float *ml = part + att_ml_at(t, head, c, Hq, DH, FA_MAX_CHUNKS, FA_SLICE);
+                ml[0] = m[h], ml[1] = sum;
+            }
+        }
+    }
+}
+
+/* The chunk scratch, for the slices of variants 1 and 3 at the largest Hq·Dh seen. It is made at the first
+ * attention call, which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a
+ * later model with larger heads replaces it (cudaFree waits for the kernels that use the old one; graphs recorded
+ * with the old one are retired by the epoch). */
 static float *att_part = NULL;
 static size_t att_part_floats = 0;
 
 static float *attention_scratch(int Hq, int Dh) {
-    const size_t need = (size_t)ATT_SLICE * Hq * ATT_MAX_CHUNKS * (Dh + 2);
+    const size_t need = (size_t)Hq * (Dh + 2) * QRT_MAX(ATT_SLICE * ATT_MAX_CHUNKS, FA_SLICE * FA_MAX_CHUNKS);
     if (need > att_part_floats) {
         if (att_part) QRT_CUDA_CHECK(cudaFree(att_part));
         QRT_CUDA_CHECK(cudaMalloc(&att_part, need * sizeof(float)));
@@ -345,8 +691,55 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
         const int Ts = QRT_MIN(ATT_SLICE, T - t0);
         const dim3 grid(Hq, Ts, pd ? att_chunks_bound(max_pos) : att_chunks_max(pos0, t0, Ts));
         QRT_LAUNCH(attention_chunk<E, F>, grid, 128, 0, qg, *kv, pd, pos0, t0, Hq, Hkv, Dh, out, part);
-        QRT_LAUNCH(attention_merge<E>, dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, Dh, out, part);
+        QRT_LAUNCH((attention_merge<E, 0>), dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, Dh, out, part);
     }
+}
+
+/* Variant 3. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify) split over the chunks of fa_chunk_of, in slices of
+ * FA_SLICE tokens, merged by attention_merge<E, 1>: a token's chunks and their order depend only on its position.
+ * Longer calls (prefill pieces) run each row tile over all its keys in one block: no scratch, no merge. Recorded, the
+ * split grid covers the chunks of every position below max_pos, as in variant 1. */
+template <int DH, int F>
+static void launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
+    constexpr size_t smem = F == QRT_KV_BF16 ? fa_layout<DH>::bf16_bytes : fa_layout<DH>::fp8_bytes;
+    static int smem_set = 0; /* one per instantiation */
+    if (!smem_set) {
+        QRT_CUDA_CHECK(
+            cudaFuncSetAttribute(attention_tc<DH, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = 1;
+    }
+    float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
+    int max_pos = 0;
+    const int *pd = qrt_cuda_graph_pos(&max_pos);
+    const int keys = pd ? max_pos : pos0 + T, G = Hq / Hkv;
+    if (keys > FA_MAX_KEYS) {
+        fprintf(stderr, "qwenrt: attention over %d keys: the CUDA attention takes at most %d; use a smaller context "
+                        "(--ctx)\n", keys, FA_MAX_KEYS);
+        abort();
+    }
+    if (T > QRT_ATTN_SPLIT_MAX_T) {
+        const dim3 grid(QRT_CEIL_DIV(T * G, FA_ROWS), Hkv, 1);
+        QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, 0, T, Hq, Hkv, 0, out, part);
+        return;
+    }
+    constexpr int E = (DH + 31) / 32;
+    for (int t0 = 0; t0 < T; t0 += FA_SLICE) {
+        const int Ts = QRT_MIN(FA_SLICE, T - t0), nch = fa_chunks(pd ? max_pos : pos0 + t0 + Ts); /* the last token's */
+        const dim3 grid(QRT_CEIL_DIV(Ts * G, FA_ROWS), Hkv, nch);
+        QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, t0, Ts, Hq, Hkv, 1, out, part);
+        if (nch > 1) QRT_LAUNCH((attention_merge<E, 1>), dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, DH, out, part);
+    }
+}
+
+/* Variant 3 for a bf16 or fp8 cache and Dh of 32, 64, 128 or 256; 0 when it does not apply. */
+template <int F>
+static int attention_tc_fmt(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
+    if (Dh == 256) launch_attention_tc<256, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    else if (Dh == 128) launch_attention_tc<128, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    else if (Dh == 64) launch_attention_tc<64, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    else if (Dh == 32) launch_attention_tc<32, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    else return 0;
+    return 1;
 }
 
 template <int F>
@@ -362,6 +755,10 @@ static void launch_attention_fmt(const float *qg, const qrt_kv *kv, int T, int p
 void qrt_cuda_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     QRT_ASSERT(Hkv > 0 && Hq % Hkv == 0 && Dh > 0 && Dh <= ATT_MAX_DH && T > 0);
     if (kv->fmt == QRT_KV_F32) launch_attention_fmt<QRT_KV_F32>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
-    else if (kv->fmt == QRT_KV_BF16) launch_attention_fmt<QRT_KV_BF16>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
-    else launch_attention_fmt<QRT_KV_FP8>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    else if (kv->fmt == QRT_KV_BF16) {
+        if (!attention_tc_fmt<QRT_KV_BF16>(qg, kv, T, pos0, Hq, Hkv, Dh, out))
+            launch_attention_fmt<QRT_KV_BF16>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    } else if (!attention_tc_fmt<QRT_KV_FP8>(qg, kv, T, pos0, Hq, Hkv, Dh, out)) {
+        launch_attention_fmt<QRT_KV_FP8>(qg, kv, T, pos0, Hq, Hkv, Dh, out);
+    }
 }
