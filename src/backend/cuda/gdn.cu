@@ -281,26 +281,26 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
     const int sm0 = 16 * (warp / WPM), sn0 = (warp % WPM) * NTS * 8;
     for (int c0 = 0; c0 < T; c0 += C) {
         const int n = min(C, T - c0);
-        /* load: token i by warp i % NW */
-        for (int i = warp; i < C; i += NW) {
+        /* load: tokens warp + NW·u by this warp, every load issued before the first use (one round trip to the
+         * L2 per chunk, not one per token) */
+        constexpr int TPW = C / NW, E = DK / 32, VE = (VS + 31) / 32;
+        float qv[TPW][E], kv[TPW][E], vv[TPW][VE];
+#pragma unroll
+        for (int u = 0; u < TPW; u++) {
+            const int i = warp + NW * u;
             const float *q = qkv + (size_t)(c0 + i) * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
-            float qv[DK / 32], kv[DK / 32], qss = 0.0f, kss = 0.0f;
-#pragma unroll
-            for (int e = 0; e < DK / 32; e++) {
-                const bool in = i < n && lane + 32 * e < Dk;
-                qv[e] = in ? q[lane + 32 * e] : 0.0f;
-                kv[e] = in ? k[lane + 32 * e] : 0.0f;
-                qss = fmaf(qv[e], qv[e], qss);
-                kss = fmaf(kv[e], kv[e], kss);
-            }
-            const float qinv = 1.0f / sqrtf(warp_sum(qss) + 1e-6f) * qscale, kinv = 1.0f / sqrtf(warp_sum(kss) + 1e-6f);
-#pragma unroll
-            for (int e = 0; e < DK / 32; e++) {
-                QW[i * LQ + lane + 32 * e] = qv[e] * qinv;
-                Ks[i * LQ + lane + 32 * e] = kv[e] * kinv;
-            }
             const float *v = qkv + (size_t)(c0 + i) * row + 2 * (size_t)Hk * Dk + (size_t)j * Dv + v0;
-            for (int c = lane; c < VS; c += 32) Us[i * LU + c] = i < n && v0 + c < Dv ? v[c] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const bool in = i < n && lane + 32 * e < Dk;
+                qv[u][e] = in ? q[lane + 32 * e] : 0.0f;
+                kv[u][e] = in ? k[lane + 32 * e] : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < VE; e++) {
+                const int c = lane + 32 * e;
+                vv[u][e] = i < n && c < VS && v0 + c < Dv ? v[c] : 0.0f;
+            }
         }
         if (warp == 0) { /* g, β of tokens lane and lane + 32; γ = their running sum (a warp scan) */
             float gl[2], run = 0.0f;
@@ -318,6 +318,25 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
                 gam[i] = run + gl[h];
                 run += __shfl_sync(0xffffffffu, gl[h], 31);
             }
+        }
+#pragma unroll
+        for (int u = 0; u < TPW; u++) { /* q, k l2-normalised */
+            const int i = warp + NW * u;
+            float qss = 0.0f, kss = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                qss = fmaf(qv[u][e], qv[u][e], qss);
+                kss = fmaf(kv[u][e], kv[u][e], kss);
+            }
+            const float qinv = 1.0f / sqrtf(warp_sum(qss) + 1e-6f) * qscale, kinv = 1.0f / sqrtf(warp_sum(kss) + 1e-6f);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                QW[i * LQ + lane + 32 * e] = qv[u][e] * qinv;
+                Ks[i * LQ + lane + 32 * e] = kv[u][e] * kinv;
+            }
+#pragma unroll
+            for (int e = 0; e < VE; e++)
+                if (lane + 32 * e < VS) Us[i * LU + lane + 32 * e] = vv[u][e];
         }
         __syncthreads();
         /* G, P and O = Q S */
