@@ -17,7 +17,8 @@
  * docs/benchmarks.md "Tried and did not help".
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
- *   1  gdn_chunked<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128)
+ *   1  gdn_chunked<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128, 155 KiB of shared memory per
+ *                       block at Dk = 128: sm_80 and sm_90, not sm_86 / sm_89, which run variant 0)
  *                       the chunked form on the tensor cores (3xTF32 mma.sync): one block of 256 threads per v-head
  *                       and VS columns of its state, which stay in shared memory while the block walks chunks of 64
  *                       tokens in order; the products inside a chunk, the triangular solve and the state's update
@@ -432,11 +433,21 @@ __global__ void gdn_norm_gated(float *o /* [rows][Dv] */, const float *z /* [row
     for (int c = lane; c < Dv; c += 32) orow[c] = w[c] * (orow[c] * inv) * silu_f(zrow[c]);
 }
 
+/* The shared memory one block may ask for on device 0 (asked once). */
+static int smem_per_block_optin(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    return n;
+}
+
+/* false, launching nothing, where the device cannot give a block the instance's shared memory (GPUs with 99 KiB per
+ * block, such as sm_86 and sm_89, at Dk = 128): the caller runs the recurrence, which computes the same function */
 template <int DK, int VS>
-static void gdn_chunked_launch(const float *qkv, const float *a, const float *b, const float *A_log,
+static bool gdn_chunked_launch(const float *qkv, const float *a, const float *b, const float *A_log,
                                const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv,
                                float *o) {
     const size_t smem = sizeof(float) * gdn_chunk_layout<DK, VS>::FLOATS;
+    if (smem > (size_t)smem_per_block_optin()) return false;
     static int attr_set = 0; /* per instance: the shared memory it needs past 48 KiB, asked once */
     if (!attr_set) {
         QRT_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunked<DK, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -445,24 +456,27 @@ static void gdn_chunked_launch(const float *qkv, const float *a, const float *b,
     const dim3 grid((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS));
     QRT_LAUNCH(gdn_chunked<DK, VS>, grid, GDN_CHUNK_THREADS, smem, qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk,
                Dv, o);
+    return true;
 }
 
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
                   const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,
                   const float *norm_w, float eps, float *o) {
     QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0 && Dv <= GDN_COLS);
-    if (chunked && T > 0 && Dk <= 128) {
-        /* VS = 64 at Dk = 128: 2 blocks per head of the 27B (96 blocks), and the shared memory (155 KiB) within
-         * sm_80's 163 */
-        if (Dk <= 32) gdn_chunked_launch<32, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o);
-        else if (Dk <= 64) gdn_chunked_launch<64, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o);
-        else gdn_chunked_launch<128, 64>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o);
+    /* VS = 64 at Dk = 128: 2 blocks per head of the 27B (96 blocks), and the shared memory (155 KiB) within
+     * sm_80's 163 */
+    const bool ran_chunked =
+        chunked && T > 0 && Dk <= 128 &&
+        (Dk <= 32   ? gdn_chunked_launch<32, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o)
+         : Dk <= 64 ? gdn_chunked_launch<64, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o)
+                    : gdn_chunked_launch<128, 64>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o));
+    if (ran_chunked) {
         const int rows = T * Hv, per_block = 8;
         QRT_LAUNCH(gdn_norm_gated, qrt_grid((size_t)rows, per_block), 32 * per_block, 0, o, z, norm_w, rows, Dv, eps);
         return;
     }
-    /* the recurrence: decode, verify, and a chunked call of a head shape the chunked kernel has no instance for
-     * (Dk > 128; both forms compute the same function) */
+    /* the recurrence: decode, verify, and a chunked call the chunked kernel cannot take (Dk > 128, or too little
+     * shared memory; both forms compute the same function) */
     decltype(&gdn_head<32, false>) head = Dk == 128 && Dv == GDN_COLS ? gdn_head<128, true>
                                           : Dk <= 32                   ? gdn_head<32, false>
                                           : Dk <= 64                   ? gdn_head<64, false>
