@@ -935,11 +935,19 @@ int main(int argc, char **argv) {
     test_gdn(1, 16, 48, 128, 128, 0, 91);
     test_gdn(7, 16, 48, 128, 128, 0, 92);
     test_gdn(17, 16, 48, 128, 128, 0, 98);
-    test_gdn(100, 16, 48, 128, 128, 1, 93);
     test_gdn(5, 2, 6, 32, 32, 0, 94);
-    test_gdn(130, 2, 6, 32, 32, 1, 95);
     test_gdn(9, 2, 4, 32, 48, 0, 96);
     test_gdn(3, 1, 2, 64, 40, 0, 97);
+    /* the chunked form (prefill): one token, either side of a chunk of 64, several chunks with a partial last one */
+    const int chunked_T[] = {1, 63, 65, 100, 200, 517};
+    for (int i = 0; i < 6; i++) {
+        const int T = chunked_T[i];
+        test_gdn(T, 16, 48, 128, 128, 1, 200 + i);
+        test_gdn(T, 2, 6, 32, 32, 1, 210 + i);
+        test_gdn(T, 2, 4, 32, 48, 1, 220 + i);
+        test_gdn(T, 1, 2, 32, 32, 1, 230 + i);
+        test_gdn(T, 1, 2, 64, 40, 1, 240 + i);
+    }
     test_attention_cases();
     /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more
      * rows than one launch pair takes (64) */

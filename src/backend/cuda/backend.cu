@@ -7,7 +7,7 @@
  *   matmul_tune.cu  the NVFP4 autotuner and its cache
  *   norms.cu        rmsnorm, add + rmsnorm
  *   conv1d.cu       causal depthwise conv + SiLU
- *   gdn.cu          Gated DeltaNet recurrence + its gated output norm (the chunked form runs the recurrence too)
+ *   gdn.cu          Gated DeltaNet: the recurrence + its gated output norm; the chunked form on tensor cores
  *   attention.cu    q/k norm + RoPE + KV cache store (f32 / bf16 / fp8) in one op, gated causal GQA attention
  *   elementwise.cu  embed, swiglu, argmax, test/bench fills and the read probe
  * Weights uploaded by prepare_linear stay for the life of the process: the op table has no release hook

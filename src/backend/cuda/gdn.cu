@@ -17,8 +17,15 @@
  * docs/benchmarks.md "Tried and did not help".
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
- * The chunked (prefill) form is not written yet: `chunked` runs this same recurrence, which computes the same
- * function (the CPU backend's chunked and recurrent forms agree to f32 rounding; tests check both against it).
+ *   1  gdn_chunked<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128, 155 KiB of shared memory per
+ *                       block at Dk = 128: sm_80 and sm_90, not sm_86 / sm_89, which run variant 0)
+ *                       the chunked form on the tensor cores (3xTF32 mma.sync): one block of 256 threads per v-head
+ *                       and VS columns of its state, which stay in shared memory while the block walks chunks of 64
+ *                       tokens in order; the products inside a chunk, the triangular solve and the state's update
+ *                       are described at the kernel. Its output is normed by a second small kernel (a block holds
+ *                       only VS of a token's Dv outputs). It computes the recurrence's function in another order:
+ *                       its state and outputs match the CPU's chunked form within f32 rounding (tests/test_cuda_ops.c),
+ *                       not bit for bit, which is why decode and verify never take it.
  * Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
  * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq;
  * out = w · (o · rsqrt(mean(o²) + eps)) · silu(z). */
@@ -166,12 +173,310 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_head(const float *qkv /* [T][
     }
 }
 
+/* ---- the chunked form (prefill) ------------------------------------------------------------------------------ */
+
+#define GDN_CHUNK 64           /* tokens per chunk, as the CPU backend's chunked form */
+#define GDN_CHUNK_THREADS 256  /* 8 warps; the warp tilings below assume it */
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* x = big + small, both tf32: the three products big·big + big·small + small·big keep about f32's precision
+ * (3xTF32), where one tf32 product keeps 11 bits */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small) {
+    big = to_tf32(x);
+    small = to_tf32(x - __uint_as_float(big));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* acc += A·B over k < K for one warp's tile of 16 rows × 8·NT columns, in 3xTF32 on m16n8k8: A(m, k) = A[m·AR + k·AC]
+ * and B(k, n) = B[k·BR + n·BC] in shared memory, the pointers at the tile's corner (the strides make a transposed
+ * operand free). acc[n][e] holds row g + 8·(e / 2), column 8n + 2t + e % 2 (g = lane / 4, t = lane % 4). */
+template <int NT, int K, int AR, int AC, int BR, int BC>
+__device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float *A, const float *B) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        uint32_t ab[4], as[4];
+        split_tf32(A[g * AR + (k0 + t) * AC], ab[0], as[0]);
+        split_tf32(A[(g + 8) * AR + (k0 + t) * AC], ab[1], as[1]);
+        split_tf32(A[g * AR + (k0 + t + 4) * AC], ab[2], as[2]);
+        split_tf32(A[(g + 8) * AR + (k0 + t + 4) * AC], ab[3], as[3]);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            uint32_t bb[2], bs[2];
+            split_tf32(B[(k0 + t) * BR + (8 * n + g) * BC], bb[0], bs[0]);
+            split_tf32(B[(k0 + t + 4) * BR + (8 * n + g) * BC], bb[1], bs[1]);
+            mma_tf32(acc[n], as, bb);
+            mma_tf32(acc[n], ab, bs);
+            mma_tf32(acc[n], ab, bb);
+        }
+    }
+}
+
+/* f(v, row, column) for each element v of a warp's accumulator tile acc (warp_mma_3xtf32's layout) */
+template <int NT, typename F> __device__ __forceinline__ void for_each_acc(float (&acc)[NT][4], F f) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(acc[n][e], g + 8 * (e >> 1), 8 * n + 2 * t + (e & 1));
+}
+
+/* Shared memory of gdn_chunked<DK, VS>, in floats. Row strides are 4 (rows read as an mma's A) or 8 (read as its B)
+ * more than a multiple of 32, so that a fragment's 32 loads fall in 32 banks. */
+template <int DK, int VS> struct gdn_chunk_layout {
+    static constexpr int C = GDN_CHUNK, LQ = DK + 4, LU = VS + 8, LA = C + 4;
+    static constexpr int QW = 0, K = QW + C * LQ, U = K + C * LQ, S = U + C * LU, A = S + DK * LU, P = A + C * LA,
+                         GAM = P + C * LA, BETA = GAM + C, FLOATS = BETA + C;
+};
+
+/* Variant 1, gdn_chunked<DK, VS>: the chunked form (HF's torch_chunk_gated_delta_rule, the CPU backend's
+ * gdn_chunk_head) for Dk ≤ DK, on the columns v0 .. v0 + VS - 1 of v-head j's state (block (j, v0 / VS)), which stay
+ * in shared memory while the block walks the chunks of 64 tokens in order. Per chunk, with γ the running sum of g
+ * inside the chunk:
+ *   load:   q, k l2-normalised (q · 1/√Dk), v, and (warp 0) g, β, γ
+ *   mma:    G = K Kᵀ, P = Q Kᵀ, O = Q S;  A = strict_lower(β G ⊙ e^{γi−γj}), P = lower(P ⊙ e^{γi−γj})
+ *   solve:  W = (I+A)⁻¹(β e^γ K), U = (I+A)⁻¹(β V), one thread per column (forward substitution in f32)
+ *   mma:    V' = U − W S;  K ← e^{γlast−γ} K
+ *   mma:    O = e^γ O + P V' (to o, before the norm);  S ← e^{γlast} S + Kᵀ V'
+ * The products run on the tensor cores in 3xTF32 (about f32's precision: the state is carried through every chunk of a
+ * long prompt, and decode continues from it). Tokens past T in the last chunk are zeros with g = β = 0, as on the
+ * CPU. The output's gated norm is gdn_norm_gated's, after. */
+template <int DK, int VS>
+__global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
+    gdn_chunked(const float *qkv /* [T][2·Hk·Dk + Hv·Dv] */, const float *a /* [T][Hv] */, const float *b /* [T][Hv] */,
+                const float *A_log /* [Hv] */, const float *dt_bias /* [Hv] */, const float *S_in /* [Hv][Dk][Dv] */,
+                float *S /* [Hv][Dk][Dv] */, int T, int Hk, int Hv, int Dk, int Dv, float *o /* [T][Hv][Dv] */) {
+    using L = gdn_chunk_layout<DK, VS>;
+    constexpr int C = L::C, LQ = L::LQ, LU = L::LU, LA = L::LA, NW = GDN_CHUNK_THREADS / 32;
+    extern __shared__ float4 smem4[];
+    float *sm = reinterpret_cast<float *>(smem4);
+    float *QW = sm + L::QW; /* [C][LQ] normalised q, then W */
+    float *Ks = sm + L::K;  /* [C][LQ] normalised k, then e^{γlast−γ} k */
+    float *Us = sm + L::U;  /* [C][LU] v, then U, then V' */
+    float *Ss = sm + L::S;  /* [DK][LU] the state's columns v0.. */
+    float *Am = sm + L::A, *Pm = sm + L::P;       /* [C][LA] */
+    float *gam = sm + L::GAM, *beta = sm + L::BETA; /* [C] */
+    const int j = blockIdx.x, v0 = blockIdx.y * VS, kh = j / (Hv / Hk);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
+    pdl_start();
+    for (int e = tid; e < DK * VS; e += GDN_CHUNK_THREADS) {
+        const int d = e / VS, c = e % VS;
+        Ss[d * LU + c] = d < Dk && v0 + c < Dv ? S_in[((size_t)j * Dk + d) * Dv + v0 + c] : 0.0f;
+    }
+    const float Aj = -expf(A_log[j]), dtb = dt_bias[j], qscale = 1.0f / sqrtf((float)Dk);
+    /* warp tiles: O and V' (C × VS) rows om.., columns on..; G and P (C × C) rows om.., columns gn..; the state
+     * (DK × VS) rows sm0.., columns sn0.. */
+    constexpr int NTO = VS / 16, WPM = NW / (DK / 16), NTS = VS / 8 / WPM;
+    static_assert(NTS >= 1 && DK % 32 == 0 && VS % 16 == 0 && DK + VS <= GDN_CHUNK_THREADS, "tiling");
+    const int om = 16 * (warp & 3), on = (warp >> 2) * (VS / 2), gn = 32 * (warp >> 2);
+    const int sm0 = 16 * (warp / WPM), sn0 = (warp % WPM) * NTS * 8;
+    for (int c0 = 0; c0 < T; c0 += C) {
+        const int n = min(C, T - c0);
+        /* load: tokens warp + NW·u by this warp, every load issued before the first use (one round trip to the
+         * L2 per chunk, not one per token) */
+        constexpr int TPW = C / NW, E = DK / 32, VE = (VS + 31) / 32;
+        float qv[TPW][E], kv[TPW][E], vv[TPW][VE];
+#pragma unroll
+        for (int u = 0; u < TPW; u++) {
+            const int i = warp + NW * u;
+            const float *q = qkv + (size_t)(c0 + i) * row + (size_t)kh * Dk, *k = q + (size_t)Hk * Dk;
+            const float *v = qkv + (size_t)(c0 + i) * row + 2 * (size_t)Hk * Dk + (size_t)j * Dv + v0;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const bool in = i < n && lane + 32 * e < Dk;
+                qv[u][e] = in ? q[lane + 32 * e] : 0.0f;
+                kv[u][e] = in ? k[lane + 32 * e] : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < VE; e++) {
+                const int c = lane + 32 * e;
+                vv[u][e] = i < n && c < VS && v0 + c < Dv ? v[c] : 0.0f;
+            }
+        }
+        if (warp == 0) { /* g, β of tokens lane and lane + 32; γ = their running sum (a warp scan) */
+            float gl[2], run = 0.0f;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int i = lane + 32 * h;
+                const size_t at = (size_t)(c0 + i) * Hv + j;
+                gl[h] = i < n ? Aj * softplus_f(a[at] + dtb) : 0.0f;
+                beta[i] = i < n ? sigmoid_f(b[at]) : 0.0f;
+#pragma unroll
+                for (int off = 1; off < 32; off <<= 1) {
+                    const float up = __shfl_up_sync(0xffffffffu, gl[h], off);
+                    if (lane >= off) gl[h] += up;
+                }
+                gam[i] = run + gl[h];
+                run += __shfl_sync(0xffffffffu, gl[h], 31);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TPW; u++) { /* q, k l2-normalised */
+            const int i = warp + NW * u;
+            float qss = 0.0f, kss = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                qss = fmaf(qv[u][e], qv[u][e], qss);
+                kss = fmaf(kv[u][e], kv[u][e], kss);
+            }
+            const float qinv = 1.0f / sqrtf(warp_sum(qss) + 1e-6f) * qscale, kinv = 1.0f / sqrtf(warp_sum(kss) + 1e-6f);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                QW[i * LQ + lane + 32 * e] = qv[u][e] * qinv;
+                Ks[i * LQ + lane + 32 * e] = kv[u][e] * kinv;
+            }
+#pragma unroll
+            for (int e = 0; e < VE; e++)
+                if (lane + 32 * e < VS) Us[i * LU + lane + 32 * e] = vv[u][e];
+        }
+        __syncthreads();
+        /* G, P and O = Q S */
+        float accO[NTO][4] = {};
+        {
+            float accG[4][4] = {}, accP[4][4] = {};
+            warp_mma_3xtf32<4, DK, LQ, 1, 1, LQ>(accG, Ks + om * LQ, Ks + gn * LQ);
+            warp_mma_3xtf32<4, DK, LQ, 1, 1, LQ>(accP, QW + om * LQ, Ks + gn * LQ);
+            warp_mma_3xtf32<NTO, DK, LQ, 1, LU, 1>(accO, QW + om * LQ, Ss + on);
+            for_each_acc(accG, [&](float v, int r, int c) {
+                r += om, c += gn;
+                Am[r * LA + c] = c < r ? beta[r] * v * expf(gam[r] - gam[c]) : 0.0f;
+            });
+            for_each_acc(accP, [&](float v, int r, int c) {
+                r += om, c += gn;
+                Pm[r * LA + c] = c <= r ? v * expf(gam[r] - gam[c]) : 0.0f;
+            });
+        }
+        __syncthreads();
+        /* solve: W into QW (q is read), U in place */
+        if (tid < DK + VS) {
+            const bool wcol = tid < DK;
+            const int c = wcol ? tid : tid - DK;
+            float *col = wcol ? QW + c : Us + c;
+            const int ld = wcol ? LQ : LU;
+            float x[C];
+#pragma unroll
+            for (int i = 0; i < C; i++) x[i] = wcol ? beta[i] * expf(gam[i]) * Ks[i * LQ + c] : beta[i] * Us[i * LU + c];
+#pragma unroll
+            for (int i = 1; i < C; i++) {
+                const float4 *ar = reinterpret_cast<const float4 *>(Am + i * LA);
+                float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int q = 0; q < i; q += 4) {
+                    const float4 a4 = ar[q / 4];
+                    const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        if (q + u < i) s4[u] = fmaf(av[u], x[q + u], s4[u]);
+                }
+                x[i] -= (s4[0] + s4[1]) + (s4[2] + s4[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < C; i++) col[i * ld] = x[i];
+        }
+        __syncthreads();
+        /* V' = U − W S; K ← e^{γlast−γ} K */
+        {
+            float acc[NTO][4] = {};
+            warp_mma_3xtf32<NTO, DK, LQ, 1, LU, 1>(acc, QW + om * LQ, Ss + on);
+            for_each_acc(acc, [&](float v, int r, int c) { Us[(om + r) * LU + on + c] -= v; });
+            const float glast = gam[C - 1];
+            for (int e = tid; e < C * DK; e += GDN_CHUNK_THREADS) {
+                const int i = e / DK, d = e % DK;
+                Ks[i * LQ + d] *= expf(glast - gam[i]);
+            }
+        }
+        __syncthreads();
+        /* O = e^γ O + P V'; S ← e^{γlast} S + Kᵀ V' (each warp reads and writes only its own tile of S) */
+        {
+            for_each_acc(accO, [&](float &v, int r, int) { v *= expf(gam[om + r]); });
+            warp_mma_3xtf32<NTO, C, LA, 1, LU, 1>(accO, Pm + om * LA, Us + on);
+            for_each_acc(accO, [&](float v, int r, int c) {
+                r += om, c += on;
+                if (r < n && v0 + c < Dv) o[((size_t)(c0 + r) * Hv + j) * Dv + v0 + c] = v;
+            });
+            const float elast = expf(gam[C - 1]);
+            float accS[NTS][4];
+            for_each_acc(accS, [&](float &v, int r, int c) { v = elast * Ss[(sm0 + r) * LU + sn0 + c]; });
+            warp_mma_3xtf32<NTS, C, 1, LQ, LU, 1>(accS, Ks + sm0, Us + sn0);
+            for_each_acc(accS, [&](float v, int r, int c) { Ss[(sm0 + r) * LU + sn0 + c] = v; });
+        }
+        __syncthreads(); /* the next chunk's load overwrites q, k, v */
+    }
+    for (int e = tid; e < DK * VS; e += GDN_CHUNK_THREADS) {
+        const int d = e / VS, c = e % VS;
+        if (d < Dk && v0 + c < Dv) S[((size_t)j * Dk + d) * Dv + v0 + c] = Ss[d * LU + c];
+    }
+}
+
+/* The output's gated RMSNorm after gdn_chunked, in place: one warp per row of Dv, o = w · (o · rsqrt(mean(o²) + eps))
+ * · silu(z) (the CPU's rmsnorm_gated; gdn_head applies the same inside its token loop). */
+__global__ void gdn_norm_gated(float *o /* [rows][Dv] */, const float *z /* [rows][Dv] */, const float *w /* [Dv] */,
+                               int rows, int Dv, float eps) {
+    pdl_start();
+    const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float *orow = o + (size_t)r * Dv;
+    const float *zrow = z + (size_t)r * Dv;
+    float ss = 0.0f;
+    for (int c = lane; c < Dv; c += 32) ss = fmaf(orow[c], orow[c], ss);
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)Dv + eps);
+    for (int c = lane; c < Dv; c += 32) orow[c] = w[c] * (orow[c] * inv) * silu_f(zrow[c]);
+}
+
+/* The shared memory one block may ask for on device 0 (asked once). */
+static int smem_per_block_optin(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    return n;
+}
+
+/* false, launching nothing, where the device cannot give a block the instance's shared memory (GPUs with 99 KiB per
+ * block, such as sm_86 and sm_89, at Dk = 128): the caller runs the recurrence, which computes the same function */
+template <int DK, int VS>
+static bool gdn_chunked_launch(const float *qkv, const float *a, const float *b, const float *A_log,
+                               const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv,
+                               float *o) {
+    const size_t smem = sizeof(float) * gdn_chunk_layout<DK, VS>::FLOATS;
+    if (smem > (size_t)smem_per_block_optin()) return false;
+    static int attr_set = 0; /* per instance: the shared memory it needs past 48 KiB, asked once */
+    if (!attr_set) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunked<DK, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = 1;
+    }
+    const dim3 grid((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS));
+    QRT_LAUNCH(gdn_chunked<DK, VS>, grid, GDN_CHUNK_THREADS, smem, qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk,
+               Dv, o);
+    return true;
+}
+
 void qrt_cuda_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
                   const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,
                   const float *norm_w, float eps, float *o) {
-    (void)chunked; /* the recurrence serves both forms for now (see the top of this file) */
     QRT_ASSERT(Hk > 0 && Hv % Hk == 0 && Dk > 0 && Dk <= 256 && Dv > 0 && Dv <= GDN_COLS);
-    /* one launch of the smallest DKMAX that holds Dk */
+    /* VS = 64 at Dk = 128: 2 blocks per head of the 27B (96 blocks), and the shared memory (155 KiB) within
+     * sm_80's 163 */
+    const bool ran_chunked =
+        chunked && T > 0 && Dk <= 128 &&
+        (Dk <= 32   ? gdn_chunked_launch<32, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o)
+         : Dk <= 64 ? gdn_chunked_launch<64, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o)
+                    : gdn_chunked_launch<128, 64>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o));
+    if (ran_chunked) {
+        const int rows = T * Hv, per_block = 8;
+        QRT_LAUNCH(gdn_norm_gated, qrt_grid((size_t)rows, per_block), 32 * per_block, 0, o, z, norm_w, rows, Dv, eps);
+        return;
+    }
+    /* the recurrence: decode, verify, and a chunked call the chunked kernel cannot take (Dk > 128, or too little
+     * shared memory; both forms compute the same function) */
     decltype(&gdn_head<32, false>) head = Dk == 128 && Dv == GDN_COLS ? gdn_head<128, true>
                                           : Dk <= 32                   ? gdn_head<32, false>
                                           : Dk <= 64                   ? gdn_head<64, false>
