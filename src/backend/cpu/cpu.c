@@ -523,10 +523,11 @@ typedef struct {
 } att_ws;
 
 /* One block of nq queries q[i] ([Dh]) seeing n[i] keys each (causal); o[i] ([Dh]) gets the unnormalised output and
- * ws->sum[i] its softmax denominator. */
+ * ws->sum[i] its softmax denominator. The second pass needs the first pass's scores again: kept in keep (room for
+ * every key: [max n][8·⌈nq/8⌉]) when the caller has one, else computed again (the same bits either way). */
 __attribute__((target_clones("avx2", "default"))) static void att_block(const att_shape *a, int g,
                                                                         const float *const *q, const int *n, int nq,
-                                                                        float *const *o, att_ws *ws) {
+                                                                        float *const *o, att_ws *ws, float *keep) {
     const int Dh = a->Dh, nv = QRT_CEIL_DIV(nq, 8), ld = nv * 8;
     int nmax = 0;
     for (int i = 0; i < nq; i++) nmax = QRT_MAX(nmax, n[i]), ws->mx[i] = -INFINITY, ws->sum[i] = 0;
@@ -537,46 +538,61 @@ __attribute__((target_clones("avx2", "default"))) static void att_block(const at
         for (int j0 = 0; j0 < nmax; j0 += ATT_KT) {
             const int kn = QRT_MIN(ATT_KT, nmax - j0);
             const float *krow[ATT_KT], *vrow[ATT_KT];
-            att_rows(a, 0, g, j0, kn, ws->kbuf, krow);
+            float *s = keep ? keep + (size_t)j0 * ld : ws->s; /* [kn][ld] */
+            if (!pass || !keep) {
+                att_rows(a, 0, g, j0, kn, ws->kbuf, krow);
+                att_scores(ws->qt, nv, krow, kn, Dh, s);
+            }
             if (pass) att_rows(a, 1, g, j0, kn, ws->vbuf, vrow);
-            att_scores(ws->qt, nv, krow, kn, Dh, ws->s);
             for (int i = 0; i < nq; i++) {
                 const int valid = QRT_MIN(kn, n[i] - j0); /* keys of this tile the query may see */
+                float m = ws->mx[i], p[ATT_KT], sum = ws->sum[i]; /* locals: o[i] might alias ws for the compiler */
                 if (!pass) {
-                    for (int jj = 0; jj < valid; jj++) ws->mx[i] = max_keep(ws->mx[i], ws->s[jj * ld + i] * a->scale);
+                    for (int jj = 0; jj < valid; jj++) m = max_keep(m, s[jj * ld + i] * a->scale);
+                    ws->mx[i] = m;
                     continue;
                 }
-                float p[ATT_KT];
-                for (int jj = 0; jj < valid; jj++)
-                    p[jj] = expf(ws->s[jj * ld + i] * a->scale - ws->mx[i]), ws->sum[i] += p[jj];
+                for (int jj = 0; jj < valid; jj++) p[jj] = expf(s[jj * ld + i] * a->scale - m);
+                for (int jj = 0; jj < valid; jj++) sum += p[jj];
+                ws->sum[i] = sum;
                 att_accumulate(o[i], p, vrow, valid, Dh);
             }
         }
 }
 
+/* Above this many queries per call (a prefill piece, not a decode step or a verify) each thread allocates room to
+ * keep a block's scores between the two passes. */
+#define ATT_KEEP_MIN_T 16
+
 static void cpu_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     const int group = Hq / Hkv, blocks = QRT_CEIL_DIV(T * group, ATT_BLOCK);
     const att_shape a = {kv, Hkv, Dh, 1.0f / sqrtf((float)Dh)};
     QRT_ASSERT(Dh <= GDN_MAX_D);
-#pragma omp parallel for collapse(2) schedule(dynamic) if ((int64_t)T * Hq * (pos0 + T) * Dh >= PARALLEL_MIN_WORK)
-    for (int g = 0; g < Hkv; g++)
-        for (int b = 0; b < blocks; b++) {
-            att_ws ws;
-            const float *q[ATT_BLOCK];
-            float *o[ATT_BLOCK];
-            int n[ATT_BLOCK], nq = 0;
-            for (int e = b * ATT_BLOCK; e < QRT_MIN(T * group, (b + 1) * ATT_BLOCK); e++, nq++) {
-                const int t = e / group, h = g * group + e % group; /* q-head h reads kv head h / group */
-                q[nq] = qg + ((size_t)t * Hq + h) * 2 * Dh;            /* [query | gate] */
-                o[nq] = out + ((size_t)t * Hq + h) * Dh;
-                n[nq] = pos0 + t + 1; /* causal */
+#pragma omp parallel if ((int64_t)T * Hq * (pos0 + T) * Dh >= PARALLEL_MIN_WORK)
+    {
+        /* without it (allocation failed or a short call) the scores are computed twice: the same bits */
+        float *keep = T > ATT_KEEP_MIN_T ? malloc(sizeof(float) * ATT_BLOCK * (size_t)(pos0 + T)) : NULL;
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int g = 0; g < Hkv; g++)
+            for (int b = 0; b < blocks; b++) {
+                att_ws ws;
+                const float *q[ATT_BLOCK];
+                float *o[ATT_BLOCK];
+                int n[ATT_BLOCK], nq = 0;
+                for (int e = b * ATT_BLOCK; e < QRT_MIN(T * group, (b + 1) * ATT_BLOCK); e++, nq++) {
+                    const int t = e / group, h = g * group + e % group; /* q-head h reads kv head h / group */
+                    q[nq] = qg + ((size_t)t * Hq + h) * 2 * Dh;            /* [query | gate] */
+                    o[nq] = out + ((size_t)t * Hq + h) * Dh;
+                    n[nq] = pos0 + t + 1; /* causal */
+                }
+                att_block(&a, g, q, n, nq, o, &ws, keep);
+                for (int i = 0; i < nq; i++) {
+                    const float *gate = q[i] + Dh;
+                    for (int d = 0; d < Dh; d++) o[i][d] = o[i][d] / ws.sum[i] * sigmoid(gate[d]);
+                }
             }
-            att_block(&a, g, q, n, nq, o, &ws);
-            for (int i = 0; i < nq; i++) {
-                const float *gate = q[i] + Dh;
-                for (int d = 0; d < Dh; d++) o[i][d] = o[i][d] / ws.sum[i] * sigmoid(gate[d]);
-            }
-        }
+        free(keep);
+    }
 }
 
 static void cpu_swiglu(const float *g, const float *u, size_t n, float *y) {
