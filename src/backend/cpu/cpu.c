@@ -560,9 +560,9 @@ __attribute__((target_clones("avx2", "default"))) static void att_block(const at
         }
 }
 
-/* Above this many queries per call (a prefill piece, not a decode step or a verify) each thread allocates room to
- * keep a block's scores between the two passes. */
-#define ATT_KEEP_MIN_T 16
+/* Above this many queries per call (a prefill piece, never a decode step or a verify: those stay free of
+ * allocations) each thread allocates room to keep a block's scores between the two passes. */
+#define ATT_KEEP_MIN_T QRT_GRAPH_MAX_T
 
 static void cpu_attention(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     const int group = Hq / Hkv, blocks = QRT_CEIL_DIV(T * group, ATT_BLOCK);
