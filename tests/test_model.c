@@ -227,6 +227,57 @@ static void test_kv_roundtrip(int fmt) {
     CHECK(exact, "KV format %d: a stored row does not read back as its rounding", fmt);
 }
 
+/* Batch invariance, the property speculative decoding's parity rests on: a token's matmul row and a query's
+ * attention output have the same bits computed in a batch (a prefill piece: tiled over tokens and keys, the
+ * attention scores kept between passes) as alone (decode: one token, scores computed twice). Sizes are odd so that
+ * every tile has a remainder: K = 1003 (two 512-column blocks and a tail of 3), N = 13, T = 300 (past the 256 tokens
+ * one weight block serves); attention with a head group of 3 (blocks of 16 queries split groups), Dh = 40 (a vector
+ * part and a scalar tail), 37 queries after 5 cached positions. */
+static float test_rand(uint32_t *seed) {
+    *seed = *seed * 1664525u + 1013904223u;
+    return (float)(*seed >> 8) / 16777216.0f - 0.5f;
+}
+
+static void test_batch_invariance(int fmt) {
+    const qrt_backend *be = qrt_backend_cpu();
+    uint32_t seed = 777u + (uint32_t)fmt;
+    if (fmt == QRT_KV_F32) { /* the matmul does not depend on the KV format: once */
+        enum { N = 13, K = 1003, T = 300 };
+        uint16_t *w = malloc(sizeof(uint16_t) * N * K);
+        float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N), y1[N];
+        for (int i = 0; i < N * K; i++) w[i] = qrt_f32_to_bf16(test_rand(&seed));
+        for (int i = 0; i < T * K; i++) x[i] = test_rand(&seed);
+        qrt_linear W = {.fmt = QRT_WF_BF16, .n = N, .k = K, .data = w, .name = "w"};
+        be->matmul(&W, x, T, y);
+        int same = 1;
+        for (int t = 0; t < T; t++) {
+            be->matmul(&W, x + (size_t)t * K, 1, y1);
+            same &= memcmp(y1, y + (size_t)t * N, sizeof y1) == 0;
+        }
+        CHECK(same, "matmul: a token's row differs between T = %d and T = 1", T);
+        free(w), free(x), free(y);
+    }
+    enum { HQ = 6, HKV = 2, DH = 40, P0 = 5, T = 37, C = P0 + T };
+    float *qg = malloc(sizeof(float) * C * HQ * 2 * DH), *k = malloc(sizeof(float) * C * HKV * DH);
+    float *v = malloc(sizeof(float) * C * HKV * DH), *out = malloc(sizeof(float) * T * HQ * DH), out1[HQ * DH];
+    float ones[DH], ks[C * HKV], vs[C * HKV];
+    uint8_t *kc = malloc(sizeof(float) * C * HKV * DH), *vc = malloc(sizeof(float) * C * HKV * DH);
+    for (int i = 0; i < C * HQ * 2 * DH; i++) qg[i] = 4 * test_rand(&seed);
+    for (int i = 0; i < C * HKV * DH; i++) k[i] = test_rand(&seed), v[i] = test_rand(&seed);
+    for (int d = 0; d < DH; d++) ones[d] = 1.0f;
+    qrt_kv kv = {fmt, kc, vc, fmt == QRT_KV_FP8 ? ks : NULL, fmt == QRT_KV_FP8 ? vs : NULL};
+    be->attn_prep(qg, k, v, ones, ones, 1e-6f, &kv, C, 0, HQ, HKV, DH, 16, 1e4); /* fills the cache */
+    const float *q = qg + (size_t)P0 * HQ * 2 * DH; /* the last T tokens' queries */
+    be->attention(q, &kv, T, P0, HQ, HKV, DH, out);
+    int same = 1;
+    for (int t = 0; t < T; t++) {
+        be->attention(q + (size_t)t * HQ * 2 * DH, &kv, 1, P0 + t, HQ, HKV, DH, out1);
+        same &= memcmp(out1, out + (size_t)t * HQ * DH, sizeof out1) == 0;
+    }
+    CHECK(same, "KV format %d: a query's attention output differs between T = %d and T = 1", fmt, T);
+    free(qg), free(k), free(v), free(out), free(kc), free(vc);
+}
+
 int main(int argc, char **argv) {
     const char *data = argc > 1 ? argv[1] : "tests/data";
     run_fixture(data, "tiny-mm");
@@ -234,6 +285,7 @@ int main(int argc, char **argv) {
     run_fixture(data, "tiny-tied");
     test_kv_roundtrip(QRT_KV_BF16);
     test_kv_roundtrip(QRT_KV_FP8);
+    for (int fmt = QRT_KV_F32; fmt <= QRT_KV_FP8; fmt++) test_batch_invariance(fmt);
     test_kv_format(data, "tiny-mm", QRT_KV_BF16, 3e-2);
     test_kv_format(data, "tiny-mm", QRT_KV_FP8, 3e-1);
     return test_exit("test_model");

@@ -179,6 +179,7 @@ typedef struct {
     int32_t stop_ids[3];
     int hide_thinking, in_dim, color;
     qrt_cli_ticker *ticker; /* the prefill line of a long prompt, until the first token */
+    const qrt_session *session; /* its position is the prefill line's tokens done */
 } chat_turn;
 
 static void show_new_text(chat_turn *t) {
@@ -195,6 +196,13 @@ static void show_new_text(chat_turn *t) {
     }
     t->content_shown = o->content.n;
     fflush(stdout);
+}
+
+/* The cancel hook, called between prefill pieces: never cancels, moves the prefill line on. */
+static int show_prefill_progress(void *user) {
+    const chat_turn *t = user;
+    qrt_cli_ticker_progress(t->ticker, qrt_session_pos(t->session));
+    return 0;
 }
 
 static int chat_token(int32_t id, void *user) {
@@ -230,6 +238,8 @@ static int chat_reply(qrt_reuse *r, const qrt_tokenizer *tok, json_t *msgs, cons
     qrt_gen_stats gs;
     int32_t reused = 0;
     if (ok) t.ticker = qrt_cli_ticker_start((int)n);
+    t.session = r->s;
+    if (t.ticker) go.cancel = show_prefill_progress;
     if (ok && qrt_reuse_generate(r, ids, (int32_t)n, &go, out, &gs, &reused) != QRT_OK) ok = 0;
     qrt_cli_ticker_stop(&t.ticker);
     if (ok) {

@@ -316,6 +316,7 @@ typedef struct {
     qrt_detok_stream *stream; /* text output (-p / -f); NULL with --ids */
     qrt_stop_filter stop;
     qrt_cli_ticker *ticker;
+    const qrt_session *session; /* its position is the prefill line's tokens done */
     int print, printed, failed;
 } gen_sink;
 
@@ -323,6 +324,13 @@ static int print_text(void *user, const char *s, size_t n) {
     const gen_sink *g = user;
     if (g->print) fwrite(s, 1, n, stdout), fflush(stdout);
     return 1;
+}
+
+/* The cancel hook, called between prefill pieces: never cancels, moves the prefill line on. */
+static int show_prefill_progress(void *user) {
+    const gen_sink *g = user;
+    qrt_cli_ticker_progress(g->ticker, qrt_session_pos(g->session));
+    return 0;
 }
 
 static int on_token(int32_t id, void *user) {
@@ -440,6 +448,8 @@ static int cmd_generate(int argc, char **argv) {
                            .on_token = on_token, .user = &g};
         qrt_gen_stats gs;
         g.ticker = qrt_cli_ticker_start(n);
+        g.session = s;
+        if (g.ticker) go.cancel = show_prefill_progress;
         qrt_status st = qrt_generate(s, ids, n, &go, out, &gs);
         qrt_cli_ticker_stop(&g.ticker);
         if (st == QRT_OK && !g.failed) {

@@ -95,7 +95,8 @@ typedef struct {
     int32_t *out;
     const char *tags; /* appended to every result line: "[synthetic, simulated AL]" */
     int sim_cycle, profiling_armed;
-    qrt_opprof_result prefill_prof; /* the profiled generation's prefill, until arm_profiler hands it over */
+    qrt_opprof_result prefill_prof; /* the profiled generation's prefill, until first_token hands it over */
+    qrt_cli_ticker *ticker;         /* the prefill line of a long prompt, until the first token */
 } bench;
 
 typedef struct {
@@ -227,14 +228,22 @@ static int sim_accept(int K, int j, void *user) {
     return want < K ? want : K;
 }
 
-/* The first token's callback closes the prefill's op timing and starts the decode window's. */
-static int arm_profiler(int32_t id, void *user) {
+/* The first token's callback ends the prefill line, closes the prefill's op timing and starts the decode window's. */
+static int first_token(int32_t id, void *user) {
     bench *b = user;
+    qrt_cli_ticker_stop(&b->ticker);
     if (b->profiling_armed) {
         b->profiling_armed = 0;
         qrt_opprof_stop(&b->prefill_prof);
         qrt_opprof_start();
     }
+    return 0;
+}
+
+/* The cancel hook, called between prefill pieces: never cancels, moves the prefill line on. */
+static int show_prefill_progress(void *user) {
+    const bench *b = user;
+    qrt_cli_ticker_progress(b->ticker, qrt_session_pos(b->s));
     return 0;
 }
 
@@ -249,15 +258,17 @@ static int generate(bench *b, const int32_t *ids, int n, int K, int simulate, in
                     qrt_opprof_result *prof) {
     qrt_session_reset(b->s);
     b->sim_cycle = 0;
-    qrt_gen_opts go = {.max_new = b->n_new, .stop_eos = 0, .spec_k = K};
+    qrt_gen_opts go = {.max_new = b->n_new, .stop_eos = 0, .spec_k = K, .on_token = first_token, .user = b};
     if (simulate) go.accept_hook = sim_accept, go.accept_user = b;
+    b->ticker = qrt_cli_ticker_start(n);
+    if (b->ticker) go.cancel = show_prefill_progress;
     if (profile) {
         b->m->be = qrt_opprof_backend(b->real_be);
         b->profiling_armed = 1;
-        go.on_token = arm_profiler, go.user = b;
         qrt_opprof_start();
     }
     qrt_status st = qrt_generate(b->s, ids, n, &go, b->out, &r->st);
+    qrt_cli_ticker_stop(&b->ticker);
     if (profile) {
         qrt_opprof_stop(prof);
         b->m->be = b->real_be;

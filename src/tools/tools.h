@@ -28,12 +28,15 @@ char *qrt_cli_read_all(FILE *f, size_t *len);
 char *qrt_cli_read_prompt(const char *cmd, const char *flag, const char *path);
 /* A seed in [0, max] that differs from run to run (for sampling without --seed; the caller prints it). */
 uint64_t qrt_cli_random_seed(uint64_t max);
-/* A line "prefill: N prompt tokens, 3.2 s" on stderr, redrawn until stopped (at the first token), for prompts
- * longer than QRT_CLI_LONG_PROMPT tokens and only when stderr is a terminal; start returns NULL otherwise. */
+/* The prefill line of generate, chat and bench (ticker.c): "prefill: 4096 of 20000 prompt tokens (20%), 3.2 s" on
+ * stderr, redrawn until stopped (at the first token), for prompts longer than QRT_CLI_LONG_PROMPT tokens and only
+ * when stderr is a terminal or QRT_PROGRESS=1; start returns NULL otherwise. The tokens done come from progress,
+ * which a qrt_gen_opts cancel hook can call between prefill pieces with qrt_session_pos. NULL-safe. */
 #define QRT_CLI_LONG_PROMPT 512
 typedef struct qrt_cli_ticker qrt_cli_ticker;
 qrt_cli_ticker *qrt_cli_ticker_start(int n_tokens);
-void qrt_cli_ticker_stop(qrt_cli_ticker **t); /* clears the line; NULL-safe */
+void qrt_cli_ticker_progress(qrt_cli_ticker *t, int n_done);
+void qrt_cli_ticker_stop(qrt_cli_ticker **t); /* clears the line */
 /* qwenrt bench / membw / doctor (bench.c, membw.c, doctor.c). */
 int qrt_tool_bench(int argc, char **argv);
 int qrt_tool_membw(int argc, char **argv);
