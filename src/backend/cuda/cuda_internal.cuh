@@ -216,6 +216,7 @@ extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w);
 void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
 void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y); /* BF16/F16/F32/FP8: matmul_dense.cu */
+void qrt_cuda_matmul_bf16_mma(const qrt_linear *W, const float *x, int T, float *y); /* matmul_dense_mma.cu */
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up);

@@ -1,10 +1,11 @@
-/* Dense matmul y [T][N] = x [T][K] · Wᵀ for BF16, F16, F32 and FP8 block-128 weights (FP8: each chunk of 16 e4m3 is
- * widened and multiplied by its block scale, as the CPU backend does). Picked by T:
+/* Dense matmul y [T][N] = x [T][K] · Wᵀ for F16, F32 and FP8 block-128 weights (FP8: each chunk of 16 e4m3 is
+ * widened and multiplied by its block scale, as the CPU backend does) on the CUDA cores; BF16 runs on the tensor cores
+ * at every T (matmul_dense_mma.cu). Picked by T:
  *   dense_gemv<fmt, TT, R>  T <= 16: one warp per R rows (1, 2, 4 or 8, by a table measured on the H200:
  *                           dense_rows), TT tokens share each 16-byte weight load; x first copied into lane order
  *                           (permute_x_lanes) for coalesced loads
  *   dense_tiled<fmt>        T > 16: 8 warps x 4 rows per block, a 16-token x tile in shared memory
- * Order (batch invariance): the row is cut into 16-byte chunks (8 BF16/F16, 4 F32 or 16 FP8 elements); chunk c belongs
+ * Order (batch invariance): the row is cut into 16-byte chunks (8 F16, 4 F32 or 16 FP8 elements); chunk c belongs
  * to lane c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane sums are
  * added by the xor butterfly of warp_sum. Device layout (prepare_linear): rows padded with zeros to 16 bytes. */
 #include <stdlib.h>
@@ -62,10 +63,9 @@ static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t
 }
 
 
-/* ---- dense (BF16 / F16 / F32) and FP8 block-128 ------------------------------------------------------ */
+/* ---- dense (F16 / F32) and FP8 block-128 ------------------------------------------------------------ */
 
 template <int FMT> struct dense_traits;
-template <> struct dense_traits<QRT_WF_BF16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F32> { enum { CE = 4, ES = 4 }; };
 template <> struct dense_traits<QRT_WF_FP8B> { enum { CE = 16, ES = 1 }; };
@@ -258,7 +258,7 @@ template <int FMT> static void launch_dense(const qrt_linear *W, const float *x,
 
 void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y) {
     switch (W->fmt) {
-    case QRT_WF_BF16: launch_dense<QRT_WF_BF16>(W, x, T, y); break;
+    case QRT_WF_BF16: qrt_cuda_matmul_bf16_mma(W, x, T, y); break;
     case QRT_WF_F16: launch_dense<QRT_WF_F16>(W, x, T, y); break;
     case QRT_WF_F32: launch_dense<QRT_WF_F32>(W, x, T, y); break;
     case QRT_WF_FP8B: launch_dense<QRT_WF_FP8B>(W, x, T, y); break;
