@@ -1,26 +1,31 @@
-/* BF16 matmul y [T][N] = x [T][K] · Wᵀ on the tensor cores, every T (the dense family's BF16 path, matmul_dense.cu).
+/* BF16 and FP8 block-128 matmul y [T][N] = x [T][K] · Wᵀ on the tensor cores, every T (the dense family's path for
+ * these formats, matmul_dense.cu).
  *
  * Why: a CUDA-core GEMV spends one f32 FMA and a share of an x load per (weight, token), so at the verify's 7 tokens
  * it ran at ~3x its one-token time and read each weight once per token. Here the weights are the A operand of
- * mma.sync m16n8k16 (bf16 in, f32 out), read once for up to 16 tokens (the B columns).
+ * mma.sync m16n8k16 (bf16 in, f32 out), read once for up to 16 tokens (the B columns). FP8 (e4m3) codes widen to bf16
+ * exactly; their block scale multiplies each chunk's sum.
  *
  * Exactness: x (f32) is cut into three bf16 parts by truncation, hi = x's top 16 bits, mid = those of x − hi, lo =
  * x − hi − mid; each part has at most 8 significant bits, so x = hi + mid + lo exactly (for normal x) and each weight
- * · part product is exact in the mma; the only rounding is the f32 accumulation, as on the CPU.
+ * · part product is exact in the mma; the only rounding is the f32 accumulation, as on the CPU. Inf in x gives NaN
+ * (inf − inf in the split) where an f32 dot product could give ±Inf.
  *
- * Variants dense_mma<TILES, DEPTH>: a block of DENSE_MMA_SPLIT warps owns TILES 16-row tiles; every warp streams its
- * share of K for those tiles with DEPTH chunks of weights in flight in registers (issued before the launch's wait).
- * Which variant runs at each (T, N): qrt_bf16_pick, a table measured with tilebench (docs/benchmarks.md, "BF16 on
- * the tensor cores").
+ * Variants dense_mma<FMT, TILES, DEPTH, NT, WARPS> (named mma<TILES>x<DEPTH>[w<WARPS>]): the 8 warps of a tile group
+ * own TILES 16-row tiles; every warp streams its share of K for them with DEPTH chunks of weights in flight in
+ * registers (the first issued before the launch's wait); NT token tiles of 8; the 8 warps are one block, or (WARPS 4,
+ * 2) 2 or 4 blocks that meet through global memory. Which variant runs at each (N, T): qrt_dense_mma_pick, a table
+ * measured with tilebench (docs/benchmarks.md, "BF16 on the tensor cores").
  *
- * Order (every variant, every T; the tests check the bits): a row is cut into chunks of 32 elements; chunk c belongs to
- * warp c % 8 of the block; in a chunk, lane quad position q (lane % 4) holds elements 8q..8q+7 (one 16-byte load of
- * row g and one of row g+8, g = lane / 4), which fill the k slots 2q, 2q+1, 2q+8, 2q+9 of two k-steps (elements
- * 0..3, then 4..7); x's matching elements are the B fragment of the same lane (column g = the token). Per chunk and
- * token: p = mma chain from 0 over (lo, mid, hi) × (k-step 0, 1); each warp sums its chunks' p in increasing c
- * (acc += p), and the block adds the 8 warps' sums in warp order. A tensor-core dot product of one (row, B column)
- * uses only that row and that column, so the token's place, T and the variant change no bit. Tokens past 16 are
- * further 16-token groups (grid y), each the same computation. */
+ * Order (every variant, every T; the tests check the bits): a row is cut into chunks of 4 16-byte pieces (32 BF16 or
+ * 64 FP8 elements); chunk c belongs to warp c % 8 of the tile group; in a chunk, lane quad position q (lane % 4) holds
+ * piece q (one 16-byte load of row g and one of row g+8, g = lane / 4), whose elements fill the k slots 2q, 2q+1,
+ * 2q+8, 2q+9 of 2 (BF16) or 4 (FP8) k-steps, 4 elements each in order; x's matching elements are the B fragment of
+ * the same lane (column g = the token). Per chunk and token: p = mma chain from 0 over the k-steps in order, each
+ * with x's lo, mid, hi part; each warp sums its chunks' p in increasing c (BF16: acc += p; FP8: acc = fmaf(p, the chunk's block scale,
+ * acc)), and the 8 warps' sums are added in warp order. A tensor-core dot product of one (row, B column) uses only
+ * that row and that column, so the token's place, T and the variant change no bit. Tokens past 16 are further
+ * 16-token groups (grid y), each the same computation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,32 +68,61 @@ __device__ __forceinline__ void split3(float x0, float x1, uint32_t &hi, uint32_
     lo = __byte_perm(__float_as_uint(s0), __float_as_uint(s1), 0x7632);
 }
 
-/* x elements k..k+7 of one token row (0 past K, and for a token past T: row NULL). */
-__device__ __forceinline__ void load_x8(float (&v)[8], const float *row /* [K] or NULL */, int64_t k, int64_t K,
-                                        bool vec) {
-    if (row && vec && k + 8 <= K) {
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(row + k));
-        const float4 b = __ldg(reinterpret_cast<const float4 *>(row + k + 4));
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+/* x elements k..k+E-1 of one token row (0 past K, and for a token past T: row NULL). */
+template <int E>
+__device__ __forceinline__ void load_x(float (&v)[E], const float *row /* [K] or NULL */, int64_t k, int64_t K,
+                                       bool vec) {
+    if (row && vec && k + E <= K) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+            const float4 a = __ldg(reinterpret_cast<const float4 *>(row + k + e));
+            v[e] = a.x, v[e + 1] = a.y, v[e + 2] = a.z, v[e + 3] = a.w;
+        }
         return;
     }
 #pragma unroll
-    for (int e = 0; e < 8; e++) v[e] = row && k + e < K ? __ldg(row + k + e) : 0.0f;
+    for (int e = 0; e < E; e++) v[e] = row && k + e < K ? __ldg(row + k + e) : 0.0f;
 }
 
-/* Two blocks per SM, except where 16 tokens' x and 8 chunk-tiles of weights need more than 128 registers a thread. */
-template <int TILES, int DEPTH, int NT> constexpr int dense_mma_min_blocks() { return NT == 2 && TILES * DEPTH >= 8 ? 1 : 2; }
+/* Two e4m3 codes (the first in the low byte) as a bf16 pair: exact (at most 4 significant bits, exponents within
+ * bf16's), through f16. */
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffff), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
+    return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
+}
 
-template <int TILES, int DEPTH, int NT>
-__global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<TILES, DEPTH, NT>()))
-    dense_mma(const uint8_t *W /* [N][Kp] bf16 */, int64_t N, int64_t K, int64_t Kp, const float *x /* [T][K] */,
-              int T, float *y /* [T][N] */) {
+/* Elements per 16-byte piece of a row, and bytes per element. */
+template <int FMT> struct mma_format;
+template <> struct mma_format<QRT_WF_BF16> { enum { EPC = 8, ES = 2 }; };
+template <> struct mma_format<QRT_WF_FP8B> { enum { EPC = 16, ES = 1 }; };
+
+/* 128 registers a thread (16 warps per SM), except where x (16 tokens, or FP8's 16 elements per lane) and the
+ * weights in flight need more: then 255 (8 warps). */
+template <int FMT, int TILES, int DEPTH, int NT, int WARPS> constexpr int dense_mma_min_blocks() {
+    return ((NT == 2 && TILES * DEPTH >= 8) || (FMT == QRT_WF_FP8B && (NT == 2 || TILES * DEPTH >= 8)) ? 8 : 16) / WARPS;
+}
+
+/* WARPS < 8: the 8 warps of a tile group are spread over 8 / WARPS blocks (more, smaller blocks: the SMs share the
+ * work more evenly where there are few tiles); each warp's sums go to part_sums [group][8][TILES·NT·4][32], and the
+ * group's last block to arrive (arrivals [group], left at 0 for the next launch) adds them in warp order, as the
+ * shared-memory sum of one 8-warp block does. */
+template <int FMT, int TILES, int DEPTH, int NT, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, (dense_mma_min_blocks<FMT, TILES, DEPTH, NT, WARPS>()))
+    dense_mma(const uint8_t *W /* [N][Kp] */, const float *scales /* FP8: [ceil(N/128)][scale_cols] */,
+              int64_t scale_cols, int64_t N, int64_t K, int64_t Kp, const float *x /* [T][K] */, int T,
+              float *y /* [T][N] */, float *part_sums, unsigned *arrivals) {
     static_assert(DEPTH % 2 == 0, "x is double-buffered over the DEPTH slots");
-    __shared__ float red[DENSE_MMA_SPLIT][TILES * NT * 4][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int64_t tile0 = (int64_t)blockIdx.x * TILES;
-    const int64_t pieces = Kp / 8;              /* 16-byte pieces per row */
-    const int64_t nch = (pieces + 3) / 4;       /* 32-element chunks per row */
+    constexpr int PARTS = DENSE_MMA_SPLIT / WARPS, SUMS = TILES * NT * 4;
+    constexpr int EPC = mma_format<FMT>::EPC, ES = mma_format<FMT>::ES, CH = 4 * EPC, KSTEPS = EPC / 4;
+    constexpr bool FP8 = FMT == QRT_WF_FP8B;
+    __shared__ float red[WARPS == DENSE_MMA_SPLIT ? DENSE_MMA_SPLIT : 1][SUMS][32];
+    __shared__ unsigned last_block;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int warp = (int)(blockIdx.x % PARTS) * WARPS + (threadIdx.x >> 5); /* of the tile group's 8 */
+    const int64_t tile0 = (int64_t)(blockIdx.x / PARTS) * TILES;
+    const int64_t pieces = Kp / EPC;            /* 16-byte pieces per row */
+    const int64_t nch = (pieces + 3) / 4;       /* chunks (4 pieces) per row */
     const int nw = warp < nch ? (int)((nch - 1 - warp) / DENSE_MMA_SPLIT + 1) : 0; /* this warp's chunks */
     const uint64_t policy = [] {
         uint64_t p;
@@ -97,26 +131,30 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<TI
     }();
     /* lane's 16-byte piece q of chunk c of rows g and g + 8 of each tile (rows past N read row N − 1) */
     const uint4 *wa[TILES], *wb[TILES];
+    const float *srow[TILES]; /* FP8: the block scales of the tile's 128 rows (a tile never spans two) */
 #pragma unroll
     for (int t = 0; t < TILES; t++) {
         const int64_t ra = QRT_MIN((tile0 + t) * 16 + g, N - 1), rb = QRT_MIN((tile0 + t) * 16 + g + 8, N - 1);
-        wa[t] = reinterpret_cast<const uint4 *>(W + ra * Kp * 2) + q;
-        wb[t] = reinterpret_cast<const uint4 *>(W + rb * Kp * 2) + q;
+        wa[t] = reinterpret_cast<const uint4 *>(W + ra * Kp * ES) + q;
+        wb[t] = reinterpret_cast<const uint4 *>(W + rb * Kp * ES) + q;
+        srow[t] = FP8 ? scales + ra / 128 * scale_cols : NULL;
     }
     uint4 wr[DEPTH][TILES][2];
-    auto load_w = [&](uint4(&slot)[TILES][2], int j) {
+    float wsc[DEPTH][TILES]; /* FP8: the chunk's block scale (a chunk of 64 never spans two 128-column blocks) */
+    auto load_w = [&](uint4(&slot)[TILES][2], float(&sc)[TILES], int j) {
         const int64_t c = warp + (int64_t)j * DENSE_MMA_SPLIT;
         const bool in = c * 4 + q < pieces;
 #pragma unroll
         for (int t = 0; t < TILES; t++) {
             slot[t][0] = in ? ld_weights16(wa[t] + c * 4, policy) : make_uint4(0, 0, 0, 0);
             slot[t][1] = in ? ld_weights16(wb[t] + c * 4, policy) : make_uint4(0, 0, 0, 0);
+            if constexpr (FP8) sc[t] = __ldg(srow[t] + c * CH / 128);
         }
     };
     /* Weights are written only at load time, so the first slots may be asked for before the wait (see pdl_start). */
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
-        if (d < nw) load_w(wr[d], d);
+        if (d < nw) load_w(wr[d], wsc[d], d);
     pdl_start();
 
     const int tok0 = blockIdx.y * DENSE_MMA_TOKENS;
@@ -125,16 +163,16 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<TI
 #pragma unroll
     for (int n = 0; n < NT; n++) xrow[n] = g + 8 * n < ntok ? x + (int64_t)(tok0 + g + 8 * n) * K : NULL;
     const bool vec = K % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    float xv[2][NT][8];
-    auto load_xs = [&](float(&slot)[NT][8], int j) {
-        const int64_t k = (warp + (int64_t)j * DENSE_MMA_SPLIT) * 32 + q * 8;
+    float xv[2][NT][EPC];
+    auto load_xs = [&](float(&slot)[NT][EPC], int j) {
+        const int64_t k = (warp + (int64_t)j * DENSE_MMA_SPLIT) * CH + q * EPC;
 #pragma unroll
-        for (int n = 0; n < NT; n++) load_x8(slot[n], xrow[n], k, K, vec);
+        for (int n = 0; n < NT; n++) load_x<EPC>(slot[n], xrow[n], k, K, vec);
     };
     /* x is read by every block: from L1 (or the L2) it arrives sooner than the weights, so it is loaded one chunk
      * ahead into registers and asked into L1 DEPTH chunks ahead, where the weights are */
     auto prefetch_xs = [&](int j) {
-        const int64_t k = (warp + (int64_t)j * DENSE_MMA_SPLIT) * 32 + q * 8;
+        const int64_t k = (warp + (int64_t)j * DENSE_MMA_SPLIT) * CH + q * EPC;
 #pragma unroll
         for (int n = 0; n < NT; n++)
             if (xrow[n] && k < K) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xrow[n] + k));
@@ -161,40 +199,77 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<TI
             if (j + 1 < nw) load_xs(xv[(d + 1) & 1], j + 1);
 #pragma unroll
             for (int n = 0; n < NT; n++) {
-                uint32_t b[3][4]; /* [lo, mid, hi][element pair] of token tile n */
+                float p[TILES][4];
 #pragma unroll
-                for (int p = 0; p < 4; p++)
-                    split3(xv[d & 1][n][2 * p], xv[d & 1][n][2 * p + 1], b[2][p], b[1][p], b[0][p]);
+                for (int t = 0; t < TILES; t++)
 #pragma unroll
-                for (int t = 0; t < TILES; t++) {
-                    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    for (int r = 0; r < 4; r++) p[t][r] = 0.0f;
 #pragma unroll
-                    for (int part = 0; part < 3; part++)
+                for (int s = 0; s < KSTEPS; s++) {
+                    uint32_t b[3][2]; /* [lo, mid, hi][elements 4s, 4s+1 | 4s+2, 4s+3] of token tile n */
+                    split3(xv[d & 1][n][4 * s], xv[d & 1][n][4 * s + 1], b[2][0], b[1][0], b[0][0]);
+                    split3(xv[d & 1][n][4 * s + 2], xv[d & 1][n][4 * s + 3], b[2][1], b[1][1], b[0][1]);
 #pragma unroll
-                        for (int s = 0; s < 2; s++)
-                            mma_bf16_16816(p, word_of(wr[d][t][0], 2 * s), word_of(wr[d][t][1], 2 * s),
-                                           word_of(wr[d][t][0], 2 * s + 1), word_of(wr[d][t][1], 2 * s + 1),
-                                           b[part][2 * s], b[part][2 * s + 1]);
+                    for (int t = 0; t < TILES; t++) {
+                        uint32_t a[4]; /* elements 4s, 4s+1 | 4s+2, 4s+3 of rows g and g + 8 */
+                        if constexpr (FP8) {
+                            const uint32_t ua = word_of(wr[d][t][0], s), ub = word_of(wr[d][t][1], s);
+                            a[0] = e4m3x2_to_bf16x2(ua), a[1] = e4m3x2_to_bf16x2(ub);
+                            a[2] = e4m3x2_to_bf16x2(ua >> 16), a[3] = e4m3x2_to_bf16x2(ub >> 16);
+                        } else {
+                            a[0] = word_of(wr[d][t][0], 2 * s), a[1] = word_of(wr[d][t][1], 2 * s);
+                            a[2] = word_of(wr[d][t][0], 2 * s + 1), a[3] = word_of(wr[d][t][1], 2 * s + 1);
+                        }
 #pragma unroll
-                    for (int r = 0; r < 4; r++) acc[t][n][r] += p[r];
+                        for (int part = 0; part < 3; part++)
+                            mma_bf16_16816(p[t], a[0], a[1], a[2], a[3], b[part][0], b[part][1]);
+                    }
                 }
+#pragma unroll
+                for (int t = 0; t < TILES; t++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        if constexpr (FP8) acc[t][n][r] = fmaf(p[t][r], wsc[d][t], acc[t][n][r]);
+                        else acc[t][n][r] += p[t][r];
+                    }
             }
-            if (j + DEPTH < nw) load_w(wr[d], j + DEPTH);
+            if (j + DEPTH < nw) load_w(wr[d], wsc[d], j + DEPTH);
         }
     }
 
+    const int64_t group = (int64_t)blockIdx.y * (gridDim.x / PARTS) + blockIdx.x / PARTS;
+    float *ps = part_sums + group * DENSE_MMA_SPLIT * SUMS * 32;
 #pragma unroll
     for (int t = 0; t < TILES; t++)
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) red[warp][(t * NT + n) * 4 + r][lane] = acc[t][n][r];
-    __syncthreads();
-    for (int e = threadIdx.x; e < TILES * NT * 4 * 32; e += DENSE_MMA_SPLIT * 32) {
+            for (int r = 0; r < 4; r++) {
+                const int i = (t * NT + n) * 4 + r;
+                if constexpr (PARTS == 1) red[warp][i][lane] = acc[t][n][r];
+                else ps[(warp * SUMS + i) * 32 + lane] = acc[t][n][r];
+            }
+    if constexpr (PARTS > 1) {
+        __threadfence(); /* this block's sums are visible before its arrival is counted */
+        __syncthreads();
+        if (threadIdx.x == 0) last_block = atomicAdd(&arrivals[group], 1u) == PARTS - 1;
+        __syncthreads();
+        if (!last_block) return;
+        __threadfence();
+        if (threadIdx.x == 0) arrivals[group] = 0;
+    } else {
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < SUMS * 32; e += WARPS * 32) {
         const int l = e & 31, i = e >> 5, r = i & 3, n = (i >> 2) % NT, t = (i >> 2) / NT;
-        float s = red[0][i][l];
+        float s = 0.0f;
 #pragma unroll
-        for (int w = 1; w < DENSE_MMA_SPLIT; w++) s += red[w][i][l];
+        for (int w = 0; w < DENSE_MMA_SPLIT; w++) {
+            float v;
+            if constexpr (PARTS == 1) v = red[w][i][l];
+            else v = __ldcg(ps + (w * SUMS + i) * 32 + l);
+            s = w == 0 ? v : s + v;
+        }
         /* accumulator r of lane l: row g (r < 2) or g + 8, column (token) 2·(l % 4) + (r & 1) */
         const int64_t row = (tile0 + t) * 16 + (l >> 2) + (r >= 2 ? 8 : 0);
         const int tok = n * 8 + 2 * (l & 3) + (r & 1);
@@ -202,51 +277,104 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<TI
     }
 }
 
-/* The variants, named mma<TILES>x<DEPTH>. */
+/* The variants, named mma<TILES>x<DEPTH>, w<WARPS> where a tile group's 8 warps are spread over several blocks. */
 typedef struct {
     const char *name;
-    int tiles, depth;
+    int tiles, depth, warps;
 } dense_mma_variant;
-static const dense_mma_variant mma_variants[] = {{"mma1x4", 1, 4}, {"mma2x2", 2, 2}, {"mma2x4", 2, 4}, {"mma4x2", 4, 2}};
+static const dense_mma_variant mma_variants[] = {{"mma2x2", 2, 2, 8},   {"mma2x4", 2, 4, 8},   {"mma2x2w4", 2, 2, 4},
+                                                 {"mma2x2w2", 2, 2, 2}, {"mma2x4w4", 2, 4, 4}, {"mma2x4w2", 2, 4, 2}};
 #define DENSE_MMA_VARIANTS ((int)(sizeof mma_variants / sizeof mma_variants[0]))
 
-template <int TILES, int DEPTH>
-static void launch_tiles(const uint8_t *w, int64_t N, int64_t K, int64_t Kp, const float *x, int T, float *y) {
-    const dim3 grid(qrt_grid((size_t)((N + 15) / 16), TILES), qrt_grid((size_t)T, DENSE_MMA_TOKENS));
-    if (T <= 8) QRT_LAUNCH(dense_mma<TILES, DEPTH, 1>, grid, DENSE_MMA_SPLIT * 32, 0, w, N, K, Kp, x, T, y);
-    else QRT_LAUNCH(dense_mma<TILES, DEPTH, 2>, grid, DENSE_MMA_SPLIT * 32, 0, w, N, K, Kp, x, T, y);
-}
+/* The split variants' sums and arrival counts, grown on demand (a move reported to the graph epoch); the counts start
+ * at 0 and every launch leaves them at 0. Every op runs on the calling thread's default stream, so no two kernels use
+ * them at once. */
+static float *sums_buf = NULL;
+static unsigned *arrivals_buf = NULL;
+static size_t sums_cap = 0, arrivals_cap = 0; /* floats, counts */
 
-extern "C" int qrt_bf16_variant_count(void) { return DENSE_MMA_VARIANTS; }
-extern "C" const char *qrt_bf16_variant_name(int v) { return v >= 0 && v < DENSE_MMA_VARIANTS ? mma_variants[v].name : "?"; }
-
-extern "C" void qrt_bf16_matmul_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
-    QRT_ASSERT(W->fmt == QRT_WF_BF16 && v >= 0 && v < DENSE_MMA_VARIANTS && T >= 1);
-    const int64_t N = W->n, K = W->k, Kp = qrt_dense_row_elems(QRT_WF_BF16, K);
-    const uint8_t *w = (const uint8_t *)W->data;
-    switch (v) {
-    case 0: launch_tiles<1, 4>(w, N, K, Kp, x, T, y); break;
-    case 1: launch_tiles<2, 2>(w, N, K, Kp, x, T, y); break;
-    case 2: launch_tiles<2, 4>(w, N, K, Kp, x, T, y); break;
-    default: launch_tiles<4, 2>(w, N, K, Kp, x, T, y); break;
+static void split_scratch(size_t sums, size_t groups) {
+    if (sums > sums_cap) {
+        if (sums_buf) QRT_CUDA_CHECK(cudaFree(sums_buf));
+        QRT_CUDA_CHECK(cudaMalloc(&sums_buf, sums * sizeof(float)));
+        sums_cap = sums;
+        qrt_cuda_scratch_moved();
+    }
+    if (groups > arrivals_cap) {
+        if (arrivals_buf) QRT_CUDA_CHECK(cudaFree(arrivals_buf));
+        QRT_CUDA_CHECK(cudaMalloc(&arrivals_buf, groups * sizeof(unsigned)));
+        QRT_CUDA_CHECK(cudaMemsetAsync(arrivals_buf, 0, groups * sizeof(unsigned), cudaStreamPerThread));
+        arrivals_cap = groups;
+        qrt_cuda_scratch_moved();
     }
 }
 
-extern "C" int qrt_bf16_pick(int64_t n, int T) {
+/* The launch of one variant for a weight of format FMT. */
+struct mma_call {
+    const uint8_t *w;
+    const float *scales;
+    int64_t scale_cols, N, K, Kp;
+    const float *x;
+    int T;
+    float *y;
+};
+template <int FMT, int TILES, int DEPTH, int WARPS> static void launch_tiles(const mma_call &c) {
+    constexpr int PARTS = DENSE_MMA_SPLIT / WARPS;
+    const size_t groups_x = qrt_grid((size_t)((c.N + 15) / 16), TILES);
+    const size_t groups_y = qrt_grid((size_t)c.T, DENSE_MMA_TOKENS);
+    const int NT = c.T <= 8 ? 1 : 2;
+    if (PARTS > 1) split_scratch(groups_x * groups_y * DENSE_MMA_SPLIT * TILES * NT * 4 * 32, groups_x * groups_y);
+    const dim3 grid((unsigned)(groups_x * PARTS), (unsigned)groups_y);
+    if (NT == 1)
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 1, WARPS>, grid, WARPS * 32, 0, c.w, c.scales, c.scale_cols, c.N, c.K,
+                   c.Kp, c.x, c.T, c.y, sums_buf, arrivals_buf);
+    else
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 2, WARPS>, grid, WARPS * 32, 0, c.w, c.scales, c.scale_cols, c.N, c.K,
+                   c.Kp, c.x, c.T, c.y, sums_buf, arrivals_buf);
+}
+template <int FMT> static void launch_variant(int v, const mma_call &c) {
+    switch (v) {
+    case 0: launch_tiles<FMT, 2, 2, 8>(c); break;
+    case 1: launch_tiles<FMT, 2, 4, 8>(c); break;
+    case 2: launch_tiles<FMT, 2, 2, 4>(c); break;
+    case 3: launch_tiles<FMT, 2, 2, 2>(c); break;
+    case 4: launch_tiles<FMT, 2, 4, 4>(c); break;
+    default: launch_tiles<FMT, 2, 4, 2>(c); break;
+    }
+}
+
+extern "C" int qrt_dense_mma_variant_count(void) { return DENSE_MMA_VARIANTS; }
+extern "C" const char *qrt_dense_mma_variant_name(int v) {
+    return v >= 0 && v < DENSE_MMA_VARIANTS ? mma_variants[v].name : "?";
+}
+
+extern "C" void qrt_dense_mma_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
+    QRT_ASSERT((W->fmt == QRT_WF_BF16 || W->fmt == QRT_WF_FP8B) && v >= 0 && v < DENSE_MMA_VARIANTS && T >= 1);
+    const mma_call c = {(const uint8_t *)W->data, W->fmt == QRT_WF_FP8B ? (const float *)W->scales : NULL,
+                        (W->k + 127) / 128, W->n, W->k, qrt_dense_row_elems(W->fmt, W->k), x, T, y};
+    if (W->fmt == QRT_WF_BF16) launch_variant<QRT_WF_BF16>(v, c);
+    else launch_variant<QRT_WF_FP8B>(v, c);
+}
+
+extern "C" int qrt_dense_mma_pick(int64_t n, int T) {
     static int forced = -2;
     if (forced == -2) {
         forced = -1;
-        const char *e = getenv("QRT_BF16_VARIANT");
+        const char *e = getenv("QRT_DENSE_MMA");
         for (int v = 0; e && v < DENSE_MMA_VARIANTS; v++)
             if (!strcmp(e, mma_variants[v].name)) forced = v;
         if (e && *e && forced < 0)
-            fprintf(stderr, "qwenrt: QRT_BF16_VARIANT=%s is not mma1x4, mma2x2, mma2x4 or mma4x2; ignored\n", e);
+            fprintf(stderr, "qwenrt: QRT_DENSE_MMA=%s is not a variant of the BF16 / FP8 matmul (mma2x2, ...: "
+                            "tilebench lists them); ignored\n", e);
     }
     if (forced >= 0) return forced;
-    (void)T, (void)n;
-    return 1;
+    (void)T;
+    /* one 8-warp block per tile group where there are enough groups to fill the SMs evenly; else the groups' warps
+     * spread over 2 or 4 blocks */
+    const int64_t groups = (n + 31) / 32;
+    return groups >= 4 * sm_count() ? 0 : groups >= 2 * sm_count() ? 2 : 3;
 }
 
-void qrt_cuda_matmul_bf16_mma(const qrt_linear *W, const float *x, int T, float *y) {
-    qrt_bf16_matmul_variant(qrt_bf16_pick(W->n, T), W, x, T, y);
+void qrt_cuda_matmul_dense_mma(const qrt_linear *W, const float *x, int T, float *y) {
+    qrt_dense_mma_variant(qrt_dense_mma_pick(W->n, T), W, x, T, y);
 }
