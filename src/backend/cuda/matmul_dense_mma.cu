@@ -11,14 +11,13 @@
  * · part product is exact in the mma; the only rounding is the f32 accumulation, as on the CPU. Inf in x gives NaN
  * (inf − inf in the split) where an f32 dot product could give ±Inf.
  *
- * Variants dense_mma<FMT, TILES, DEPTH, NT, WARPS> (named mma<TILES>x<DEPTH>[w<WARPS>]): the 8 warps of a tile group
- * own TILES 16-row tiles; every warp streams its share of K for them with DEPTH chunks of weights in flight in
- * registers (the first issued before the launch's wait); NT token tiles of 8; the 8 warps are one block, or (WARPS 4,
- * 2) 2 or 4 blocks that meet through global memory. Which variant runs at each (N, T): qrt_dense_mma_pick, a table
- * measured with tilebench (docs/benchmarks.md, "BF16 on the tensor cores").
+ * Variants dense_mma<FMT, TILES, DEPTH, NT> (named mma<TILES>x<DEPTH>): a block of 8 warps owns TILES 16-row tiles;
+ * every warp streams its share of K for them with DEPTH chunks of weights in flight in registers (the first issued
+ * before the launch's wait); NT token tiles of 8. Which variant runs at each (N, T): qrt_dense_mma_pick, a table
+ * measured with tilebench (docs/benchmarks.md, "BF16 and FP8 on the tensor cores").
  *
  * Order (every variant, every T; the tests check the bits): a row is cut into chunks of 4 16-byte pieces (32 BF16 or
- * 64 FP8 elements); chunk c belongs to warp c % 8 of the tile group; in a chunk, lane quad position q (lane % 4) holds
+ * 64 FP8 elements); chunk c belongs to warp c % 8 of the block; in a chunk, lane quad position q (lane % 4) holds
  * piece q (one 16-byte load of row g and one of row g+8, g = lane / 4), whose elements fill the k slots 2q, 2q+1,
  * 2q+8, 2q+9 of 2 (BF16) or 4 (FP8) k-steps, 4 elements each in order; x's matching elements are the B fragment of
  * the same lane (column g = the token). Per chunk and token: p = mma chain from 0 over the k-steps in order, each
@@ -99,28 +98,23 @@ template <> struct mma_format<QRT_WF_FP8B> { enum { EPC = 16, ES = 1 }; };
 
 /* 128 registers a thread (16 warps per SM), except where x (16 tokens, or FP8's 16 elements per lane) and the
  * weights in flight need more: then 255 (8 warps). */
-template <int FMT, int TILES, int DEPTH, int NT, int WARPS> constexpr int dense_mma_min_blocks() {
-    return ((NT == 2 && TILES * DEPTH >= 8) || (FMT == QRT_WF_FP8B && (NT == 2 || TILES * DEPTH >= 8)) ? 8 : 16) / WARPS;
+template <int FMT, int TILES, int DEPTH, int NT> constexpr int dense_mma_min_blocks() {
+    return (NT == 2 && TILES * DEPTH >= 8) || (FMT == QRT_WF_FP8B && (NT == 2 || TILES * DEPTH >= 8)) ? 1 : 2;
 }
 
-/* WARPS < 8: the 8 warps of a tile group are spread over 8 / WARPS blocks (more, smaller blocks: the SMs share the
- * work more evenly where there are few tiles); each warp's sums go to part_sums [group][8][TILES·NT·4][32], and the
- * group's last block to arrive (arrivals [group], left at 0 for the next launch) adds them in warp order, as the
- * shared-memory sum of one 8-warp block does. */
-template <int FMT, int TILES, int DEPTH, int NT, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32, (dense_mma_min_blocks<FMT, TILES, DEPTH, NT, WARPS>()))
+template <int FMT, int TILES, int DEPTH, int NT>
+__global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<FMT, TILES, DEPTH, NT>()))
     dense_mma(const uint8_t *W /* [N][Kp] */, const float *scales /* FP8: [ceil(N/128)][scale_cols] */,
               int64_t scale_cols, int64_t N, int64_t K, int64_t Kp, const float *x /* [T][K] */, int T,
-              float *y /* [T][N] */, float *part_sums, unsigned *arrivals) {
+              float *y /* [T][N] */) {
     static_assert(DEPTH % 2 == 0, "x is double-buffered over the DEPTH slots");
-    constexpr int PARTS = DENSE_MMA_SPLIT / WARPS, SUMS = TILES * NT * 4;
+    constexpr int SUMS = TILES * NT * 4;
     constexpr int EPC = mma_format<FMT>::EPC, ES = mma_format<FMT>::ES, CH = 4 * EPC, KSTEPS = EPC / 4;
     constexpr bool FP8 = FMT == QRT_WF_FP8B;
-    __shared__ float red[WARPS == DENSE_MMA_SPLIT ? DENSE_MMA_SPLIT : 1][SUMS][32];
-    __shared__ unsigned last_block;
+    __shared__ float red[DENSE_MMA_SPLIT][SUMS][32];
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int warp = (int)(blockIdx.x % PARTS) * WARPS + (threadIdx.x >> 5); /* of the tile group's 8 */
-    const int64_t tile0 = (int64_t)(blockIdx.x / PARTS) * TILES;
+    const int warp = threadIdx.x >> 5;
+    const int64_t tile0 = (int64_t)blockIdx.x * TILES;
     const int64_t pieces = Kp / EPC;            /* 16-byte pieces per row */
     const int64_t nch = (pieces + 3) / 4;       /* chunks (4 pieces) per row */
     const int nw = warp < nch ? (int)((nch - 1 - warp) / DENSE_MMA_SPLIT + 1) : 0; /* this warp's chunks */
@@ -237,39 +231,18 @@ __global__ void __launch_bounds__(WARPS * 32, (dense_mma_min_blocks<FMT, TILES, 
         }
     }
 
-    const int64_t group = (int64_t)blockIdx.y * (gridDim.x / PARTS) + blockIdx.x / PARTS;
-    float *ps = part_sums + group * DENSE_MMA_SPLIT * SUMS * 32;
 #pragma unroll
     for (int t = 0; t < TILES; t++)
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = (t * NT + n) * 4 + r;
-                if constexpr (PARTS == 1) red[warp][i][lane] = acc[t][n][r];
-                else ps[(warp * SUMS + i) * 32 + lane] = acc[t][n][r];
-            }
-    if constexpr (PARTS > 1) {
-        __threadfence(); /* this block's sums are visible before its arrival is counted */
-        __syncthreads();
-        if (threadIdx.x == 0) last_block = atomicAdd(&arrivals[group], 1u) == PARTS - 1;
-        __syncthreads();
-        if (!last_block) return;
-        __threadfence();
-        if (threadIdx.x == 0) arrivals[group] = 0;
-    } else {
-        __syncthreads();
-    }
-    for (int e = threadIdx.x; e < SUMS * 32; e += WARPS * 32) {
+            for (int r = 0; r < 4; r++) red[warp][(t * NT + n) * 4 + r][lane] = acc[t][n][r];
+    __syncthreads();
+    for (int e = threadIdx.x; e < SUMS * 32; e += DENSE_MMA_SPLIT * 32) {
         const int l = e & 31, i = e >> 5, r = i & 3, n = (i >> 2) % NT, t = (i >> 2) / NT;
-        float s = 0.0f;
+        float s = red[0][i][l];
 #pragma unroll
-        for (int w = 0; w < DENSE_MMA_SPLIT; w++) {
-            float v;
-            if constexpr (PARTS == 1) v = red[w][i][l];
-            else v = __ldcg(ps + (w * SUMS + i) * 32 + l);
-            s = w == 0 ? v : s + v;
-        }
+        for (int w = 1; w < DENSE_MMA_SPLIT; w++) s += red[w][i][l];
         /* accumulator r of lane l: row g (r < 2) or g + 8, column (token) 2·(l % 4) + (r & 1) */
         const int64_t row = (tile0 + t) * 16 + (l >> 2) + (r >= 2 ? 8 : 0);
         const int tok = n * 8 + 2 * (l & 3) + (r & 1);
@@ -277,37 +250,9 @@ __global__ void __launch_bounds__(WARPS * 32, (dense_mma_min_blocks<FMT, TILES, 
     }
 }
 
-/* The variants, named mma<TILES>x<DEPTH>, w<WARPS> where a tile group's 8 warps are spread over several blocks. */
-typedef struct {
-    const char *name;
-    int tiles, depth, warps;
-} dense_mma_variant;
-static const dense_mma_variant mma_variants[] = {{"mma2x2", 2, 2, 8},   {"mma2x4", 2, 4, 8},   {"mma2x2w4", 2, 2, 4},
-                                                 {"mma2x2w2", 2, 2, 2}, {"mma2x4w4", 2, 4, 4}, {"mma2x4w2", 2, 4, 2}};
-#define DENSE_MMA_VARIANTS ((int)(sizeof mma_variants / sizeof mma_variants[0]))
-
-/* The split variants' sums and arrival counts, grown on demand (a move reported to the graph epoch); the counts start
- * at 0 and every launch leaves them at 0. Every op runs on the calling thread's default stream, so no two kernels use
- * them at once. */
-static float *sums_buf = NULL;
-static unsigned *arrivals_buf = NULL;
-static size_t sums_cap = 0, arrivals_cap = 0; /* floats, counts */
-
-static void split_scratch(size_t sums, size_t groups) {
-    if (sums > sums_cap) {
-        if (sums_buf) QRT_CUDA_CHECK(cudaFree(sums_buf));
-        QRT_CUDA_CHECK(cudaMalloc(&sums_buf, sums * sizeof(float)));
-        sums_cap = sums;
-        qrt_cuda_scratch_moved();
-    }
-    if (groups > arrivals_cap) {
-        if (arrivals_buf) QRT_CUDA_CHECK(cudaFree(arrivals_buf));
-        QRT_CUDA_CHECK(cudaMalloc(&arrivals_buf, groups * sizeof(unsigned)));
-        QRT_CUDA_CHECK(cudaMemsetAsync(arrivals_buf, 0, groups * sizeof(unsigned), cudaStreamPerThread));
-        arrivals_cap = groups;
-        qrt_cuda_scratch_moved();
-    }
-}
+/* The variants, named mma<TILES>x<DEPTH> (launch_variant's order). */
+static const char *const mma_variant_names[] = {"mma2x2", "mma2x4"};
+#define DENSE_MMA_VARIANTS ((int)(sizeof mma_variant_names / sizeof mma_variant_names[0]))
 
 /* The launch of one variant for a weight of format FMT. */
 struct mma_call {
@@ -318,34 +263,23 @@ struct mma_call {
     int T;
     float *y;
 };
-template <int FMT, int TILES, int DEPTH, int WARPS> static void launch_tiles(const mma_call &c) {
-    constexpr int PARTS = DENSE_MMA_SPLIT / WARPS;
-    const size_t groups_x = qrt_grid((size_t)((c.N + 15) / 16), TILES);
-    const size_t groups_y = qrt_grid((size_t)c.T, DENSE_MMA_TOKENS);
-    const int NT = c.T <= 8 ? 1 : 2;
-    if (PARTS > 1) split_scratch(groups_x * groups_y * DENSE_MMA_SPLIT * TILES * NT * 4 * 32, groups_x * groups_y);
-    const dim3 grid((unsigned)(groups_x * PARTS), (unsigned)groups_y);
-    if (NT == 1)
-        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 1, WARPS>, grid, WARPS * 32, 0, c.w, c.scales, c.scale_cols, c.N, c.K,
-                   c.Kp, c.x, c.T, c.y, sums_buf, arrivals_buf);
+template <int FMT, int TILES, int DEPTH> static void launch_tiles(const mma_call &c) {
+    const dim3 grid(qrt_grid((size_t)((c.N + 15) / 16), TILES), qrt_grid((size_t)c.T, DENSE_MMA_TOKENS));
+    if (c.T <= 8)
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 1>, grid, DENSE_MMA_SPLIT * 32, 0, c.w, c.scales, c.scale_cols, c.N,
+                   c.K, c.Kp, c.x, c.T, c.y);
     else
-        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 2, WARPS>, grid, WARPS * 32, 0, c.w, c.scales, c.scale_cols, c.N, c.K,
-                   c.Kp, c.x, c.T, c.y, sums_buf, arrivals_buf);
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 2>, grid, DENSE_MMA_SPLIT * 32, 0, c.w, c.scales, c.scale_cols, c.N,
+                   c.K, c.Kp, c.x, c.T, c.y);
 }
 template <int FMT> static void launch_variant(int v, const mma_call &c) {
-    switch (v) {
-    case 0: launch_tiles<FMT, 2, 2, 8>(c); break;
-    case 1: launch_tiles<FMT, 2, 4, 8>(c); break;
-    case 2: launch_tiles<FMT, 2, 2, 4>(c); break;
-    case 3: launch_tiles<FMT, 2, 2, 2>(c); break;
-    case 4: launch_tiles<FMT, 2, 4, 4>(c); break;
-    default: launch_tiles<FMT, 2, 4, 2>(c); break;
-    }
+    if (v == 0) launch_tiles<FMT, 2, 2>(c);
+    else launch_tiles<FMT, 2, 4>(c);
 }
 
 extern "C" int qrt_dense_mma_variant_count(void) { return DENSE_MMA_VARIANTS; }
 extern "C" const char *qrt_dense_mma_variant_name(int v) {
-    return v >= 0 && v < DENSE_MMA_VARIANTS ? mma_variants[v].name : "?";
+    return v >= 0 && v < DENSE_MMA_VARIANTS ? mma_variant_names[v] : "?";
 }
 
 extern "C" void qrt_dense_mma_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
@@ -362,17 +296,15 @@ extern "C" int qrt_dense_mma_pick(int64_t n, int T) {
         forced = -1;
         const char *e = getenv("QRT_DENSE_MMA");
         for (int v = 0; e && v < DENSE_MMA_VARIANTS; v++)
-            if (!strcmp(e, mma_variants[v].name)) forced = v;
+            if (!strcmp(e, mma_variant_names[v])) forced = v;
         if (e && *e && forced < 0)
             fprintf(stderr, "qwenrt: QRT_DENSE_MMA=%s is not a variant of the BF16 / FP8 matmul (mma2x2, ...: "
                             "tilebench lists them); ignored\n", e);
     }
     if (forced >= 0) return forced;
-    (void)T;
-    /* one 8-warp block per tile group where there are enough groups to fill the SMs evenly; else the groups' warps
-     * spread over 2 or 4 blocks */
-    const int64_t groups = (n + 31) / 32;
-    return groups >= 4 * sm_count() ? 0 : groups >= 2 * sm_count() ? 2 : 3;
+    /* mma2x2: the fastest at every shape and T that tilebench times (H100, docs/benchmarks.md) */
+    (void)n, (void)T;
+    return 0;
 }
 
 void qrt_cuda_matmul_dense_mma(const qrt_linear *W, const float *x, int T, float *y) {
