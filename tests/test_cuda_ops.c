@@ -6,7 +6,7 @@
  * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
  * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
  * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
- * them).
+ * them) and every BF16 / FP8 tensor-core variant.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -168,6 +168,15 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
         char what[128];
         snprintf(what, sizeof what, "matmul %s N=%lld K=%lld T=%d", qrt_wformat_name(fmt), (long long)N, (long long)K, T);
         float *y = check_dev(what, yd, NULL, ref, (size_t)T * N, 1e-5);
+        if (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B) /* every tensor-core variant: the pick's bits, guard included */
+            for (int v = 0; v < qrt_dense_mma_variant_count(); v++) {
+                float *vd = dev_out((size_t)T * N);
+                qrt_dense_mma_variant(v, &wg, xd, T, vd);
+                float *yv = download(vd, (size_t)T * N);
+                snprintf(what, sizeof what, "  variant %s T=%d vs the pick", qrt_dense_mma_variant_name(v), T);
+                expect_same_bits(what, yv, y, (size_t)T * N + GUARD);
+                free(yv), gpu->free(vd);
+            }
         snprintf(what, sizeof what, "  batch invariance T=%d row 0 vs T=1", T);
         expect_same_bits(what, y, y0, N);
         if (T == Tmax) {
@@ -881,9 +890,24 @@ int main(int argc, char **argv) {
         test_dense(fmt, 3, 5, Ts_small, 6, 40 + f);
         test_dense(fmt, 513, 1024, Ts_small, 6, 50 + f);
     }
+    /* BF16 and FP8 on the tensor cores at every decode and verify size (row 0 bit-identical at each T), past one
+     * 16-token group, on the stored layout's shapes (GDN in_proj qkv, out_proj, MTP fc) and odd ones (K % 32 != 0,
+     * K % 8 != 0, N % 16 != 0, N and K not multiples of 128) */
+    const int Ts_all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33};
+    const int nT_all = (int)(sizeof Ts_all / sizeof Ts_all[0]);
+    test_dense(QRT_WF_BF16, 10240, 5120, Ts_all, nT_all, 70);
+    test_dense(QRT_WF_BF16, 5120, 6144, Ts_all, nT_all, 71);
+    test_dense(QRT_WF_BF16, 5120, 10240, Ts_all, nT_all, 72);
+    test_dense(QRT_WF_BF16, 1000, 130, Ts_all, nT_all, 73);
+    test_dense(QRT_WF_BF16, 37, 72, Ts_all, nT_all, 74);
+    test_dense(QRT_WF_BF16, 3, 5, Ts_all, nT_all, 75);
+    test_dense(QRT_WF_BF16, 129, 1000, Ts_all, nT_all, 76);
+    test_dense(QRT_WF_FP8B, 1000, 130, Ts_all, nT_all, 77);
+    test_dense(QRT_WF_FP8B, 300, 1000, Ts_all, nT_all, 78);
+    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_all, nT_all, 79);
     if (!quick) {
-        const int T1[] = {1};
-        test_dense(QRT_WF_BF16, 248320, 5120, T1, 1, 15);
+        const int Tl[] = {1, 7};
+        test_dense(QRT_WF_BF16, 248320, 5120, Tl, 2, 15);
     }
     /* NVFP4: every variant; the 27B shapes and odd ones (K % 32 == 16 exercises the padded tail); T = 37 takes a
      * second 32-token pass with a partial group of 8, T = 20 a partial 16-token pass (mma_k4) */

@@ -48,7 +48,7 @@ static const char *usage =
     "                 checkpoints' main layers (add fp8 for their MTP head); bf16,nvfp4,fp8 on the CPU).\n"
     "                 NVFP4 on the GPU: every variant of the CUDA backend that runs its own kernel at\n"
     "                 that M (not those that would run mma_w1 in its place), the autotuner's pick marked;\n"
-    "                 otherwise the backend's matmul (one kernel per format).\n"
+    "                 BF16 and FP8 on the GPU: every tensor-core variant, the table's pick marked.\n"
     "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl12x2,mma_ck8x2e); the\n"
     "                 pick is still the autotuner's, '-' in the summary where it is not named. Under a profiler,\n"
     "                 set QRT_NVFP4_VARIANT too (or keep a tune cache), so the tuner launches nothing else\n"
@@ -309,7 +309,8 @@ static qrt_status make_weights(const tilebench *b, const tb_shape *s, qrt_wforma
 
 /* ---- timing -------------------------------------------------------------------------------------- */
 
-/* A kernel: an NVFP4 variant of the CUDA backend, or (variant -1) the backend's matmul for the format. */
+/* A kernel: an NVFP4 or BF16 variant of the CUDA backend (by the weight's format), or (variant -1) the backend's matmul
+ * for the format. */
 typedef struct {
     const qrt_backend *be;
     int variant;
@@ -322,6 +323,10 @@ typedef struct {
 static void launch(void *p) {
     const tb_launch *l = p;
 #ifdef QRT_HAVE_CUDA
+    if (l->variant >= 0 && l->w->fmt != QRT_WF_NVFP4) {
+        qrt_dense_mma_variant(l->variant, l->w, l->x, l->T, l->y);
+        return;
+    }
     if (l->variant >= 0) {
         qrt_nvfp4_matmul_variant(l->variant, l->w, l->x, l->T, l->y);
         return;
@@ -427,6 +432,11 @@ static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
             if (!b->variants || b->variant_on[i]) v[k++] = i;
         return k;
     }
+    if (b->gpu && (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B)) {
+        const int n = QRT_MIN(qrt_dense_mma_variant_count(), TB_MAX_KERNELS);
+        for (int i = 0; i < n; i++) v[i] = i;
+        return n;
+    }
 #endif
     v[0] = -1;
     return 1;
@@ -435,6 +445,7 @@ static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
 static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
 #ifdef QRT_HAVE_CUDA
     if (b->gpu && W->w[0].fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(&W->w[0], T);
+    if (b->gpu && (W->w[0].fmt == QRT_WF_BF16 || W->w[0].fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(W->w[0].n, T);
 #endif
     return -1;
 }
@@ -443,16 +454,17 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
  * list mma_w1's time under its name). */
 static int kernel_runs(int v, int T, const qrt_linear *w) {
 #ifdef QRT_HAVE_CUDA
-    if (v >= 0) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
+    if (v >= 0 && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
 #endif
     (void)T, (void)w;
     return 1;
 }
 
-static const char *kernel_name(int v) {
+static const char *kernel_name(qrt_wformat fmt, int v) {
 #ifdef QRT_HAVE_CUDA
-    if (v >= 0) return qrt_nvfp4_variant_name(v);
+    if (v >= 0) return fmt == QRT_WF_NVFP4 ? qrt_nvfp4_variant_name(v) : qrt_dense_mma_variant_name(v);
 #endif
+    (void)fmt;
     return "matmul";
 }
 
@@ -529,7 +541,7 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
             int reps;
             ok = time_cell(b, &W, v[k], x, y, T, &ms, &reps);
             if (!ok) break;
-            record(b, s, fmt, kernel_name(v[k]), T, ms, reps, &W, v[k] == pick);
+            record(b, s, fmt, kernel_name(wf, v[k]), T, ms, reps, &W, v[k] == pick);
             if (v[k] == pick) sum->pick_pct[mi] = 100 * (W.bytes / (ms * 1e-3) / 1e9) / b->peak_gbs;
         }
         fflush(stdout);

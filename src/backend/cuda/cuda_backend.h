@@ -35,6 +35,14 @@ void qrt_nvfp4_matmul_swiglu_variant(int v, const qrt_linear_group *g, const flo
  * measured fastest (timed on W with scratch activations). */
 int qrt_nvfp4_pick(const qrt_linear *W, int T);
 
+/* ---- BF16 / FP8 block-128 tensor-core matmul variants (matmul_dense_mma.cu): every variant gives the same bits ---- */
+int qrt_dense_mma_variant_count(void);
+const char *qrt_dense_mma_variant_name(int v);
+/* Run variant v on a prepared BF16 or FP8 block-128 weight: y [T][N] = x [T][K] · Wᵀ. */
+void qrt_dense_mma_variant(int v, const qrt_linear *W, const float *x, int T, float *y);
+/* The variant the model runs on n rows at T tokens: QRT_DENSE_MMA (a name) if set, else the measured table. */
+int qrt_dense_mma_pick(int64_t n, int T);
+
 /* ---- helpers for tests and benchmarks (elementwise.cu) ---- */
 /* Fill bytes of device memory with a pseudo-random pattern (a hash of seed and the byte index). */
 void qrt_cuda_fill_random_bytes(void *p, size_t bytes, uint64_t seed);

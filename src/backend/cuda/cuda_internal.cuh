@@ -124,25 +124,13 @@ static inline int64_t qrt_dense_row_elems(int fmt, int64_t k) {
     int64_t per16 = fmt == QRT_WF_F32 ? 4 : fmt == QRT_WF_FP8B ? 16 : 8;
     return (k + per16 - 1) / per16 * per16;
 }
-/* The elements of 16-byte chunk c of a padded dense row (4 F32, 8 BF16/F16, 16 FP8), widened to f32 (the dense
- * matmuls and the embedding gather). FP8: e4m3 · its block's scale, the product
- * the CPU backend forms (a chunk of 16 never spans two 128-column blocks). */
+/* The elements of 16-byte chunk c of a padded dense row (4 F32, 8 BF16/F16), widened to f32 (the CUDA-core dense
+ * matmul and the embedding gather). */
 template <int FMT>
-__device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements */, int64_t c, float *w /* [CE] */,
-                                             const float *srow /* FP8 only: the row's block scales */) {
+__device__ __forceinline__ void load_w_chunk(const uint8_t *row /* [Kp] elements */, int64_t c, float *w /* [CE] */) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(row) + c);
     uint32_t words[4] = {u.x, u.y, u.z, u.w};
-    if (FMT == QRT_WF_FP8B) {
-        const float sc = srow[c * 16 / 128];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t two = words[j / 2] >> (16 * (j & 1));
-            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
-            w[2 * j] = f.x * sc;
-            w[2 * j + 1] = f.y * sc;
-        }
-    } else if (FMT == QRT_WF_F32) {
+    if (FMT == QRT_WF_F32) {
 #pragma unroll
         for (int j = 0; j < 4; j++) w[j] = __uint_as_float(words[j]);
     } else if (FMT == QRT_WF_BF16) {
@@ -216,6 +204,7 @@ extern "C" qrt_status qrt_cuda_nvfp4_to_blocks(qrt_linear *w);
 void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *out);
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
 void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y); /* BF16/F16/F32/FP8: matmul_dense.cu */
+void qrt_cuda_matmul_dense_mma(const qrt_linear *W, const float *x, int T, float *y); /* matmul_dense_mma.cu */
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up);

@@ -30,7 +30,7 @@ __global__ void embed_rows(const uint8_t *E /* [V][Dp] */, int64_t D, int64_t Dp
     float *o = out + (size_t)t * D;
     for (int64_t c = threadIdx.x; c < Dp / PER; c += blockDim.x) {
         float w[PER];
-        load_w_chunk<FMT>(row, c, w, NULL);
+        load_w_chunk<FMT>(row, c, w);
 #pragma unroll
         for (int e = 0; e < PER; e++)
             if (c * PER + e < D) o[c * PER + e] = w[e];

@@ -1,10 +1,10 @@
-/* Dense matmul y [T][N] = x [T][K] · Wᵀ for BF16, F16, F32 and FP8 block-128 weights (FP8: each chunk of 16 e4m3 is
- * widened and multiplied by its block scale, as the CPU backend does). Picked by T:
+/* Dense matmul y [T][N] = x [T][K] · Wᵀ for F16 and F32 weights on the CUDA cores; BF16 and FP8 block-128 run on the
+ * tensor cores at every T (matmul_dense_mma.cu). Picked by T:
  *   dense_gemv<fmt, TT, R>  T <= 16: one warp per R rows (1, 2, 4 or 8, by a table measured on the H200:
  *                           dense_rows), TT tokens share each 16-byte weight load; x first copied into lane order
  *                           (permute_x_lanes) for coalesced loads
  *   dense_tiled<fmt>        T > 16: 8 warps x 4 rows per block, a 16-token x tile in shared memory
- * Order (batch invariance): the row is cut into 16-byte chunks (8 BF16/F16, 4 F32 or 16 FP8 elements); chunk c belongs
+ * Order (batch invariance): the row is cut into 16-byte chunks (8 F16 or 4 F32 elements); chunk c belongs
  * to lane c % 32, which sums its chunks in increasing c, each chunk's elements in order with fmaf; the 32 lane sums are
  * added by the xor butterfly of warp_sum. Device layout (prepare_linear): rows padded with zeros to 16 bytes. */
 #include <stdlib.h>
@@ -62,18 +62,11 @@ static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t
 }
 
 
-/* ---- dense (BF16 / F16 / F32) and FP8 block-128 ------------------------------------------------------ */
+/* ---- dense (F16 / F32) ------------------------------------------------------------------------------ */
 
 template <int FMT> struct dense_traits;
-template <> struct dense_traits<QRT_WF_BF16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F16> { enum { CE = 8, ES = 2 }; };
 template <> struct dense_traits<QRT_WF_F32> { enum { CE = 4, ES = 4 }; };
-template <> struct dense_traits<QRT_WF_FP8B> { enum { CE = 16, ES = 1 }; };
-
-/* FP8 block scales of a row (scales [ceil(N/128)][cols], f32); NULL for the float formats. */
-__device__ __forceinline__ const float *fp8_row_scales(const float *scales, int64_t cols, int64_t row) {
-    return scales ? scales + (row / 128) * cols : NULL;
-}
 
 /* dense_gemv<FMT, TT, R>: one warp per R consecutive rows, TT tokens per pass. A lane loads its 16-byte chunk of each
  * of the R rows, then each token's x chunk once for all R: x is read once per R rows instead of once per row, which is
@@ -81,8 +74,7 @@ __device__ __forceinline__ const float *fp8_row_scales(const float *scales, int6
  * more, all of it through L1). Each (row, token) is summed exactly as at R = 1 (its chunks in increasing c per lane,
  * then warp_sum), so R changes no bit. */
 template <int FMT, int TT, int R>
-__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, const float *scales,
-                                                  int64_t scale_cols, int64_t N, int64_t Kp,
+__global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t Kp,
                                                   const float4 *xp /* [T][G][CE/4][32] lane order */, int64_t G,
                                                   int T, float *y /* [T][N] */) {
     pdl_start();
@@ -91,12 +83,10 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
     const int64_t row0 = ((int64_t)blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
     if (row0 >= N) return;
     const uint8_t *wrow[R];
-    const float *srow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int64_t row = row0 + r < N ? row0 + r : N - 1; /* rows past N read the last one, store nothing */
         wrow[r] = W + row * Kp * ES;
-        srow[r] = fp8_row_scales(scales, scale_cols, row);
     }
     const int64_t nchunks = Kp / CE;
     for (int t0 = 0; t0 < T; t0 += TT) {
@@ -109,7 +99,7 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
         for (int64_t c = lane; c < nchunks; c += 32) {
             float w[R][CE];
 #pragma unroll
-            for (int r = 0; r < R; r++) load_w_chunk<FMT>(wrow[r], c, w[r], srow[r]);
+            for (int r = 0; r < R; r++) load_w_chunk<FMT>(wrow[r], c, w[r]);
 #pragma unroll
             for (int tt = 0; tt < TT; tt++) {
                 if (t0 + tt >= T) break;
@@ -142,8 +132,8 @@ __global__ void __launch_bounds__(128) dense_gemv(const uint8_t *W /* [N][Kp] */
 #define TILED_TOKENS 16
 
 template <int FMT>
-__global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W /* [N][Kp] */, const float *scales,
-                                                                int64_t scale_cols, int64_t N, int64_t K, int64_t Kp,
+__global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W /* [N][Kp] */, int64_t N, int64_t K,
+                                                                int64_t Kp,
                                                                 const float *x /* [T][K] */, int T,
                                                                 float *y /* [T][N] */) {
     pdl_start();
@@ -173,7 +163,7 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
 #pragma unroll
         for (int r = 0; r < TILED_ROWS_PER_WARP; r++) {
             if (row0 + r < N)
-                load_w_chunk<FMT>(W + (row0 + r) * Kp * ES, c, w[r], fp8_row_scales(scales, scale_cols, row0 + r));
+                load_w_chunk<FMT>(W + (row0 + r) * Kp * ES, c, w[r]);
             else
 #pragma unroll
                 for (int j = 0; j < CE; j++) w[r][j] = 0.0f;
@@ -203,28 +193,29 @@ __global__ void __launch_bounds__(TILED_WARPS * 32) dense_tiled(const uint8_t *W
 
 /* dense_gemv at TT tokens per pass (T rounded up to 1, 2, 4, 8 or 16) and R rows per warp. */
 template <int FMT, int R>
-static void launch_gemv_rows(const uint8_t *w, const float *sc, int64_t scols, int64_t N, int64_t Kp, const float4 *xp,
+static void launch_gemv_rows(const uint8_t *w, int64_t N, int64_t Kp, const float4 *xp,
                              int64_t G, int T, float *y) {
     const unsigned grid = qrt_grid((size_t)N, 4 * R);
-    if (T == 1) QRT_LAUNCH(dense_gemv<FMT, 1, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-    else if (T == 2) QRT_LAUNCH(dense_gemv<FMT, 2, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-    else if (T <= 4) QRT_LAUNCH(dense_gemv<FMT, 4, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-    else if (T <= 8) QRT_LAUNCH(dense_gemv<FMT, 8, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
-    else QRT_LAUNCH(dense_gemv<FMT, 16, R>, grid, 128, 0, w, sc, scols, N, Kp, xp, G, T, y);
+    if (T == 1) QRT_LAUNCH(dense_gemv<FMT, 1, R>, grid, 128, 0, w, N, Kp, xp, G, T, y);
+    else if (T == 2) QRT_LAUNCH(dense_gemv<FMT, 2, R>, grid, 128, 0, w, N, Kp, xp, G, T, y);
+    else if (T <= 4) QRT_LAUNCH(dense_gemv<FMT, 4, R>, grid, 128, 0, w, N, Kp, xp, G, T, y);
+    else if (T <= 8) QRT_LAUNCH(dense_gemv<FMT, 8, R>, grid, 128, 0, w, N, Kp, xp, G, T, y);
+    else QRT_LAUNCH(dense_gemv<FMT, 16, R>, grid, 128, 0, w, N, Kp, xp, G, T, y);
 }
 template <int FMT>
-static void launch_gemv(int R, const uint8_t *w, const float *sc, int64_t scols, int64_t N, int64_t Kp,
+static void launch_gemv(int R, const uint8_t *w, int64_t N, int64_t Kp,
                         const float4 *xp, int64_t G, int T, float *y) {
     switch (R) {
-    case 1: launch_gemv_rows<FMT, 1>(w, sc, scols, N, Kp, xp, G, T, y); break;
-    case 2: launch_gemv_rows<FMT, 2>(w, sc, scols, N, Kp, xp, G, T, y); break;
-    case 4: launch_gemv_rows<FMT, 4>(w, sc, scols, N, Kp, xp, G, T, y); break;
-    default: launch_gemv_rows<FMT, 8>(w, sc, scols, N, Kp, xp, G, T, y); break;
+    case 1: launch_gemv_rows<FMT, 1>(w, N, Kp, xp, G, T, y); break;
+    case 2: launch_gemv_rows<FMT, 2>(w, N, Kp, xp, G, T, y); break;
+    case 4: launch_gemv_rows<FMT, 4>(w, N, Kp, xp, G, T, y); break;
+    default: launch_gemv_rows<FMT, 8>(w, N, Kp, xp, G, T, y); break;
     }
 }
 
 /* Rows per warp of dense_gemv at T tokens on N rows: the fastest in tilebench's BF16 shapes of Qwen3.6-27B on the H200
- * (docs/benchmarks.md, "Dense GEMV rows per warp"): short N (5120) gains from sharing x only at 2..4 and 9..16
+ * when this kernel still ran BF16 (docs/benchmarks.md, "Dense GEMV rows per warp"; F16 has the same bytes per row
+ * and per chunk): short N (5120) gains from sharing x only at 2..4 and 9..16
  * tokens, long N (16384 and up) at every T, lm_head's 248320 rows most from 4 rows at 5..8 tokens. Every R gives the
  * same bits. QRT_DENSE_ROWS=1|2|4|8 forces one (for tilebench's comparisons). */
 static int dense_rows(int T, int64_t N) {
@@ -244,24 +235,22 @@ static int dense_rows(int T, int64_t N) {
 template <int FMT> static void launch_dense(const qrt_linear *W, const float *x, int T, float *y) {
     const int64_t N = W->n, K = W->k, Kp = qrt_dense_row_elems(FMT, K);
     const uint8_t *w = (const uint8_t *)W->data;
-    const float *sc = FMT == QRT_WF_FP8B ? (const float *)W->scales : NULL;
-    const int64_t scols = (K + 127) / 128;
     if (T <= 16) {
         int64_t G;
         const float4 *xp = permute_x(x, K, T, dense_traits<FMT>::CE, &G);
-        launch_gemv<FMT>(dense_rows(T, N), w, sc, scols, N, Kp, xp, G, T, y);
+        launch_gemv<FMT>(dense_rows(T, N), w, N, Kp, xp, G, T, y);
     } else {
         dim3 grid(qrt_grid((size_t)N, TILED_WARPS * TILED_ROWS_PER_WARP), qrt_grid((size_t)T, TILED_TOKENS));
-        QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, sc, scols, N, K, Kp, x, T, y);
+        QRT_LAUNCH(dense_tiled<FMT>, grid, TILED_WARPS * 32, 0, w, N, K, Kp, x, T, y);
     }
 }
 
 void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y) {
     switch (W->fmt) {
-    case QRT_WF_BF16: launch_dense<QRT_WF_BF16>(W, x, T, y); break;
+    case QRT_WF_BF16:
+    case QRT_WF_FP8B: qrt_cuda_matmul_dense_mma(W, x, T, y); break;
     case QRT_WF_F16: launch_dense<QRT_WF_F16>(W, x, T, y); break;
     case QRT_WF_F32: launch_dense<QRT_WF_F32>(W, x, T, y); break;
-    case QRT_WF_FP8B: launch_dense<QRT_WF_FP8B>(W, x, T, y); break;
     default: QRT_ASSERT(!"not a dense weight format");
     }
 }
