@@ -104,7 +104,6 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
         /* the MTP pair at position t is (hidden of token t, token t+1) */
         for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
         mtp_forward(sp, qrt_session_hidden(s, 0), pairs, T, start, last);
-        sp->mtp_row = T - 1;
     }
     sp->next = *first;
     return QRT_OK;
@@ -144,7 +143,6 @@ static int accept_sampled(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus)
 
 qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     qrt_session *s = sp->s;
-    const size_t D = (size_t)s->m->cfg.hidden;
     const int32_t P = s->pos;
     *n_out = 0;
     /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
@@ -163,8 +161,7 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     QRT_TRY(check_draft(sp, P + 1));
     d[0] = draft(sp, 1, P + 1);
     for (int k = 2; k <= K; k++) {
-        mtp_forward(sp, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, 1);
-        sp->mtp_row = 0;
+        mtp_forward(sp, qrt_mtp_hidden(s), &d[k - 2], 1, P + k - 2, 1);
         QRT_TRY(check_draft(sp, P + k));
         d[k - 1] = draft(sp, k, P + k);
     }
@@ -187,7 +184,6 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     /* the MTP catches up on the accepted tokens from the main model's hidden states; its last row's logits
      * give the next cycle's first draft */
     mtp_forward(sp, qrt_session_hidden(s, 0), out, j + 1, P, 1);
-    sp->mtp_row = j;
     sp->next = bonus;
     qrt_gen_stats *st = sp->stats;
     st->attempts++;

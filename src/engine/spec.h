@@ -17,7 +17,6 @@ typedef struct {
     int K;                /* drafts per cycle */
     qrt_chooser ch;       /* token choice (and its generator) shared by main and draft picks */
     int32_t next;         /* the last committed token, not yet consumed by the main model */
-    int mtp_row;          /* row of sc.mtp_out holding the MTP's latest output (the next draft's hidden) */
     float *verify_logits; /* host [K+1][V] (sampling only) */
     float *draft_logits;  /* host [V] MTP logits of the latest draft step (sampling only) */
     float *q;             /* host [K][V] draft distributions (sampling only) */

@@ -282,6 +282,11 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
         mtp_body(s, &a);
     }
     if (pick) s->m->be->download(pick, s->sc.picks, sizeof *pick);
+    s->mtp_last = T - 1;
+}
+
+const float *qrt_mtp_hidden(const qrt_session *s) {
+    return s->sc.mtp_out + (size_t)s->mtp_last * s->m->cfg.hidden;
 }
 
 /* ---------------------------------------------------------------------------------------------------

@@ -135,6 +135,7 @@ struct qrt_session {
     qrt_layer_state mtp;    /* the MTP layer's KV cache, when the model has one */
     int keeping;            /* the current forward keeps its GDN inputs for rollback */
     int kept_T, kept_pos;   /* tokens and start position of the last forward whose inputs were kept */
+    int mtp_last;           /* row of sc.mtp_out holding the MTP head's latest output (qrt_mtp_hidden) */
     qrt_scratch sc;
     void *arena;            /* one backend allocation holding all of the above */
     /* Graphs of the decode loop's forwards, valid for this session's buffers (kept across qrt_session_reset,
@@ -161,12 +162,15 @@ void qrt_session_begin_verify(qrt_session *s);
 void qrt_session_rollback(qrt_session *s, int n_keep);
 /* Final-normed hidden of row t of the last forward piece (backend memory). */
 const float *qrt_session_hidden(const qrt_session *s, int t);
-/* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], may be
- * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
- * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]) when non-NULL, its
- * greedy pick (argmax on the backend) to *pick when non-NULL. */
+/* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], qrt_session_hidden or, for
+ * T = 1, qrt_mtp_hidden); fills the MTP KV cache at pos0..pos0+T-1, leaves each row's output in sc.mtp_out and
+ * writes the logits of the last row to logits (host [V]) when non-NULL, its greedy pick (argmax on the backend) to
+ * *pick when non-NULL. */
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
                      int32_t *pick);
+/* The MTP head's latest output: the last row of the last qrt_mtp_forward (backend [D]), the hidden a further draft
+ * step reads. */
+const float *qrt_mtp_hidden(const qrt_session *s);
 /* qrt_forward for greedy decoding: instead of the requested rows' logits, only their argmax (picks, host
  * [n_rows], n_rows ≤ QRT_MAX_T), computed on the backend: 4 bytes per row come back instead of V floats. The
  * same tokens as qrt_argmax of qrt_forward's logits. */
