@@ -31,6 +31,7 @@ void qrt_spec_free(qrt_spec *sp);
  * opts->cancel stopped it between pieces). */
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first);
 /* One cycle; writes the accepted drafts and the bonus token to out [K+1] and how many to *n_out. Fails (with
- * *n_out = 0) only when the main model's or the MTP head's logits are not finite. */
+ * *n_out = 0) when the main model's or the MTP head's logits are not finite, when the session's context is full,
+ * or when a draft hook returns no token. */
 qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out);
 #endif
