@@ -8,7 +8,8 @@
  *      accepted tokens one at a time — with the f32, bf16 and fp8 KV caches;
  *   4. sampling: the distribution of the 2nd and 3rd sampled tokens with speculation matches plain
  *      sampling (two-sample chi-square over 2000 seeded runs each, 500 in quick mode; threshold below);
- *   5. the cost of one verify (K+1 tokens, one batched forward) against one decode step. */
+ *   5. failures reach the caller: a cycle in a full context, a draft hook returning no token;
+ *   6. the cost of one verify (K+1 tokens, one batched forward) against one decode step. */
 #include <stdlib.h>
 
 #include "engine/spec.h"
@@ -147,6 +148,53 @@ static void test_rollback_state(env *e, int p) {
     free(truth);
 }
 
+typedef struct {
+    int k;      /* the draft to replace */
+    int32_t id; /* with this */
+} bad_draft_at;
+
+static int32_t bad_draft(int32_t k, int32_t proposed, int32_t pos, void *user) {
+    const bad_draft_at *b = user;
+    (void)pos;
+    return k == b->k ? b->id : proposed;
+}
+
+/* A cycle's failures come back as its status (with nothing accepted), not as tokens from stale results. */
+static void test_cycle_errors(env *e) {
+    const int n = e->n_prompt[0];
+    /* the context holds one token after the prompt: the first cycle decodes it plainly, the second has no room */
+    qrt_session *s;
+    CHECK_OK(qrt_session_new(e->m, n + 1, &s));
+    qrt_gen_opts go = {.spec_k = 2};
+    qrt_gen_stats gs = {0};
+    qrt_spec sp;
+    int32_t first, got[QRT_SPEC_MAX_K + 1];
+    int kept = -1;
+    CHECK_OK(qrt_spec_init(&sp, s, 2, &go, &gs));
+    CHECK_OK(qrt_spec_prefill(&sp, e->prompts[0], n, &first));
+    CHECK_OK(qrt_spec_cycle(&sp, got, &kept));
+    CHECK(kept == 1, "the last room in the context: %d tokens kept, expected 1", kept);
+    qrt_status st = qrt_spec_cycle(&sp, got, &kept);
+    CHECK(st == QRT_ERR_CONTEXT && kept == 0, "a cycle in a full context returned %s with %d tokens",
+          qrt_status_str(st), kept);
+    qrt_spec_free(&sp);
+    qrt_session_free(s);
+    /* a draft hook returning ids outside the vocabulary: draft 1 of K = 1 (only the verify would read it) and
+     * draft 2 of K = 3 (the MTP head's next draft step would embed it) */
+    const int32_t bad[] = {-1, e->V};
+    for (int K = 1; K <= 3; K += 2)
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(qrt_session_new(e->m, n + 8, &s));
+            int32_t out[4];
+            bad_draft_at b = {(K + 1) / 2, bad[i]};
+            qrt_gen_opts gb = {.max_new = 4, .spec_k = K, .draft_hook = bad_draft, .draft_user = &b};
+            st = qrt_generate(s, e->prompts[0], n, &gb, out, NULL);
+            CHECK(st == QRT_ERR_ARG && strstr(qrt_last_error(), "draft hook"),
+                  "K=%d, draft %d from the hook %d: %s (%s)", K, b.k, b.id, qrt_status_str(st), qrt_last_error());
+            qrt_session_free(s);
+        }
+}
+
 /* Two-sample chi-square. Tokens are taken from the most to the least frequent (both samples together) and
  * merged into groups of at least 10 samples, so every group is large enough for the statistic and rare
  * tokens still count. Under the null hypothesis X² ~ chi²(df); we fail above df + 5·sqrt(2·df), which for
@@ -270,6 +318,7 @@ int main(int argc, char **argv) {
     e.prompts[2] = (const int32_t *)pl->data + 17;
     e.n_prompt[2] = 20;
     test_parity(&e);
+    test_cycle_errors(&e);
     for (int p = 0; p < 3; p++) test_rollback_state(&e, p);
     /* the reduced-precision KV caches: rollback stays bit-exact and speculative output equals plain output */
     for (int fmt = QRT_KV_BF16; fmt <= QRT_KV_FP8; fmt++) {

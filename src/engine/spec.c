@@ -22,7 +22,7 @@ qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts
     }
     if (st != QRT_OK || (!sp->ch.greedy && (!sp->verify_logits || !sp->draft_logits || !sp->q))) {
         qrt_spec_free(sp);
-        return QRT_ERR_MEMORY;
+        return st != QRT_OK ? st : QRT_ERR_MEMORY;
     }
     stats->spec_k = K;
     return QRT_OK;
@@ -76,8 +76,9 @@ static void mtp_forward(qrt_spec *sp, const float *h, const int32_t *tokens, int
                     want && greedy ? &sp->draft_pick : NULL);
 }
 
-/* The k-th draft (1-based) for absolute position pos, from the MTP's latest output; keeps q_k when sampling. */
-static int32_t draft(qrt_spec *sp, int k, int32_t pos) {
+/* The k-th draft (1-based) for absolute position pos, from the MTP's latest output, into *out; keeps q_k when
+ * sampling. A draft hook's choice must be a token: the MTP head and the verify embed it. */
+static qrt_status draft(qrt_spec *sp, int k, int32_t pos, int32_t *out) {
     const int32_t V = sp->s->m->cfg.vocab;
     int32_t d;
     if (sp->ch.greedy) {
@@ -88,7 +89,11 @@ static int32_t draft(qrt_spec *sp, int k, int32_t pos) {
         d = qrt_sample_from(q, V, &sp->ch.rng);
     }
     if (sp->opts->draft_hook) d = sp->opts->draft_hook(k, d, pos, sp->opts->draft_user);
-    return d;
+    if (d < 0 || d >= V)
+        return qrt_fail(QRT_ERR_ARG, "the draft hook returned token %d for draft %d; expected an id in [0, %d)", d, k,
+                        V);
+    *out = d;
+    return QRT_OK;
 }
 
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first) {
@@ -104,7 +109,6 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
         /* the MTP pair at position t is (hidden of token t, token t+1) */
         for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
         mtp_forward(sp, qrt_session_hidden(s, 0), pairs, T, start, last);
-        sp->mtp_row = T - 1;
     }
     sp->next = *first;
     return QRT_OK;
@@ -144,13 +148,12 @@ static int accept_sampled(qrt_spec *sp, const int32_t *d, int K, int32_t *bonus)
 
 qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     qrt_session *s = sp->s;
-    const size_t D = (size_t)s->m->cfg.hidden;
     const int32_t P = s->pos;
     *n_out = 0;
     /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
     int K = QRT_MIN(sp->K, s->max_ctx - P - 1);
     if (K < 1) {
-        main_forward(sp, &sp->next, 1, NULL, 1);
+        QRT_TRY(main_forward(sp, &sp->next, 1, NULL, 1));
         QRT_TRY(check_main(sp, 1, P));
         out[0] = sp->next = main_choice(sp, 0);
         *n_out = 1;
@@ -161,18 +164,17 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     toks[0] = sp->next;
     double t0 = qrt_now_ms();
     QRT_TRY(check_draft(sp, P + 1));
-    d[0] = draft(sp, 1, P + 1);
+    QRT_TRY(draft(sp, 1, P + 1, &d[0]));
     for (int k = 2; k <= K; k++) {
-        mtp_forward(sp, s->sc.mtp_out + (size_t)sp->mtp_row * D, &d[k - 2], 1, P + k - 2, 1);
-        sp->mtp_row = 0;
+        mtp_forward(sp, qrt_mtp_hidden(s), &d[k - 2], 1, P + k - 2, 1);
         QRT_TRY(check_draft(sp, P + k));
-        d[k - 1] = draft(sp, k, P + k);
+        QRT_TRY(draft(sp, k, P + k, &d[k - 1]));
     }
     double t1 = qrt_now_ms();
     int32_t rows[QRT_SPEC_MAX_K + 1];
     for (int i = 0; i <= K; i++) rows[i] = i;
     qrt_session_begin_verify(s);
-    main_forward(sp, toks, K + 1, rows, K + 1); /* arguments checked above: cannot fail */
+    QRT_TRY(main_forward(sp, toks, K + 1, rows, K + 1));
     double t2 = qrt_now_ms();
     QRT_TRY(check_main(sp, K + 1, P));
     int32_t bonus;
@@ -187,7 +189,6 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     /* the MTP catches up on the accepted tokens from the main model's hidden states; its last row's logits
      * give the next cycle's first draft */
     mtp_forward(sp, qrt_session_hidden(s, 0), out, j + 1, P, 1);
-    sp->mtp_row = j;
     sp->next = bonus;
     qrt_gen_stats *st = sp->stats;
     st->attempts++;

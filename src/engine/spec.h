@@ -17,7 +17,6 @@ typedef struct {
     int K;                /* drafts per cycle */
     qrt_chooser ch;       /* token choice (and its generator) shared by main and draft picks */
     int32_t next;         /* the last committed token, not yet consumed by the main model */
-    int mtp_row;          /* row of sc.mtp_out holding the MTP's latest output (the next draft's hidden) */
     float *verify_logits; /* host [K+1][V] (sampling only) */
     float *draft_logits;  /* host [V] MTP logits of the latest draft step (sampling only) */
     float *q;             /* host [K][V] draft distributions (sampling only) */
@@ -32,6 +31,7 @@ void qrt_spec_free(qrt_spec *sp);
  * opts->cancel stopped it between pieces). */
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first);
 /* One cycle; writes the accepted drafts and the bonus token to out [K+1] and how many to *n_out. Fails (with
- * *n_out = 0) only when the main model's or the MTP head's logits are not finite. */
+ * *n_out = 0) when the main model's or the MTP head's logits are not finite, when the session's context is full,
+ * or when a draft hook returns no token. */
 qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out);
 #endif

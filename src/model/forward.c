@@ -85,10 +85,10 @@ static void matmul_group(const qrt_backend *be, const qrt_linear_group *g, const
         for (int i = 0; i < g->n; i++) be->matmul(g->part[i], x, T, y[i]);
 }
 
-/* Gated DeltaNet mixer (docs/model.md §2.1). When the session is recording (a verify), the inputs each token's
+/* Gated DeltaNet mixer (docs/model.md §2.1). During a verify (s->keeping), the inputs each token's
  * recurrent step needs are kept so qrt_session_rollback can re-apply a prefix of them: the projections and the conv
- * write straight into the layer's record (four copies per layer fewer than writing scratch and copying it), the conv
- * state is copied, and the recurrence writes its end state to S_verified, leaving S as the start state (no 3 MB copy
+ * write straight into the layer's kept buffers (four copies per layer fewer than writing scratch and copying them),
+ * the conv state is copied, and the recurrence writes its end state to S_verified, leaving S as the start state (no 3 MB copy
  * of the state each way per layer). */
 static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, int T) {
     const qrt_model *m = s->m;
@@ -96,18 +96,18 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
     const qrt_backend *be = m->be;
     qrt_scratch *sc = &s->sc;
     const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_dk, Dv = c->gdn_dv, cd = m->conv_dim;
-    const int rec = s->recording;
-    float *mixed = rec ? ls->rec_mixed : sc->mixed, *conv = rec ? ls->rec_conv : sc->conv; /* [T][cd] */
-    float *a = rec ? ls->rec_a : sc->a, *b = rec ? ls->rec_b : sc->b;                      /* [T][Hv] */
+    const int keep = s->keeping;
+    float *mixed = keep ? ls->kept_mixed : sc->mixed, *conv = keep ? ls->kept_conv : sc->conv; /* [T][cd] */
+    float *a = keep ? ls->kept_a : sc->a, *b = keep ? ls->kept_b : sc->b;                      /* [T][Hv] */
     float *const outs[] = {mixed, sc->z, b, a}; /* in_qkv, in_z, in_b, in_a */
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
-    if (rec) be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
+    if (keep) be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
     be->conv1d_silu(mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, conv);
     /* HF takes the chunked form for any T > 1 without a cache; we take it only when the piece is long
      * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
      * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
     int chunked = T > 16;
-    be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, rec ? ls->S_verified : ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z,
+    be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, keep ? ls->S_verified : ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z,
             l->gdn_norm, c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
 }
@@ -163,7 +163,7 @@ static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32
                           int n_rows, const row_out *out) {
     const piece_args a = {ids, rows, idx, T, n_rows, out};
     if (out->picks && T <= QRT_GRAPH_MAX_T && (T == 1 || n_rows == T)) { /* a decode step or a verify */
-        qrt_graph_entry key = {.kind = QRT_GRAPH_MAIN, .T = T, .recording = s->recording};
+        qrt_graph_entry key = {.kind = QRT_GRAPH_MAIN, .T = T, .keep = s->keeping};
         for (int k = 0; k < n_rows; k++) key.rows |= 1u << rows[k];
         qrt_run_graphed(s, &key, s->pos, ids, T, piece_body, &a);
     } else {
@@ -195,10 +195,10 @@ static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, co
             return qrt_fail(QRT_ERR_ARG, "logits rows must be increasing indices into the %d tokens of this call "
                             "(row %d is %d)", n, i, rows[i]);
     /* a verify's state is complete only after qrt_session_rollback: a forward without one keeps all of it */
-    if (s->rec_T) qrt_session_rollback(s, s->rec_T);
-    if (s->recording && n > QRT_MAX_VERIFY) s->recording = 0;
-    s->rec_T = s->recording ? n : 0;
-    s->rec_pos = s->pos;
+    if (s->kept_T) qrt_session_rollback(s, s->kept_T);
+    if (s->keeping && n > QRT_MAX_VERIFY) s->keeping = 0;
+    s->kept_T = s->keeping ? n : 0;
+    s->kept_pos = s->pos;
     /* Long inputs run in pieces; each piece computes the requested rows that fall inside it. */
     int32_t piece_rows[QRT_MAX_T], piece_idx[QRT_MAX_T];
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
@@ -211,7 +211,7 @@ static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, co
         forward_piece(s, ids + start, T, piece_rows, piece_idx, k, &out);
     }
     if (out.picks && n_rows) s->m->be->download(out.picks, s->sc.picks, sizeof(int32_t) * (size_t)n_rows);
-    s->recording = 0;
+    s->keeping = 0;
     return QRT_OK;
 }
 
@@ -282,6 +282,11 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
         mtp_body(s, &a);
     }
     if (pick) s->m->be->download(pick, s->sc.picks, sizeof *pick);
+    s->mtp_last = T - 1;
+}
+
+const float *qrt_mtp_hidden(const qrt_session *s) {
+    return s->sc.mtp_out + (size_t)s->mtp_last * s->m->cfg.hidden;
 }
 
 /* ---------------------------------------------------------------------------------------------------
@@ -289,11 +294,11 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
 
 void qrt_session_begin_verify(qrt_session *s) {
     QRT_ASSERT(s->m->mtp.present);
-    s->recording = 1;
+    s->keeping = 1;
 }
 
 /* The GDN layers after a verify: n_keep = 0 takes all of it (S_verified into S; the conv state is the verify's
- * already); otherwise the first n_keep recorded steps again from the start state, which S still holds. */
+ * already); otherwise the first n_keep kept steps again from the start state, which S still holds. */
 static void rollback_body(qrt_session *s, const void *arg) {
     const int n_keep = *(const int *)arg;
     const qrt_model *m = s->m;
@@ -309,29 +314,29 @@ static void rollback_body(qrt_session *s, const void *arg) {
             continue;
         }
         /* the conv state is the last Ck-1 raw inputs of snapshot ++ kept tokens, oldest first: copied, not
-         * recomputed (the conv outputs of the kept tokens are recorded already) */
+         * recomputed (the kept tokens' conv outputs are among the kept inputs) */
         const int hist = c->conv_kernel - 1, from_snap = hist > n_keep ? hist - n_keep : 0;
         const size_t row = sizeof(float) * cd;
         if (from_snap) be->copy(ls->conv, ls->conv_snap + (size_t)(hist - from_snap) * cd, row * from_snap);
         if (hist > from_snap)
-            be->copy(ls->conv + (size_t)from_snap * cd, ls->rec_mixed + (size_t)(n_keep - (hist - from_snap)) * cd,
+            be->copy(ls->conv + (size_t)from_snap * cd, ls->kept_mixed + (size_t)(n_keep - (hist - from_snap)) * cd,
                      row * (hist - from_snap));
         /* the same recurrence on the same inputs: bit-identical to having decoded only these tokens; only the
          * state is wanted: the normed output goes to scratch (z there is the verify's, finite) */
-        be->gdn(ls->rec_conv, ls->rec_a, ls->rec_b, l->A_log, l->dt_bias, ls->S, ls->S, n_keep, c->gdn_k_heads, Hv,
+        be->gdn(ls->kept_conv, ls->kept_a, ls->kept_b, l->A_log, l->dt_bias, ls->S, ls->S, n_keep, c->gdn_k_heads, Hv,
                 c->gdn_dk, c->gdn_dv, 0, s->sc.z, l->gdn_norm, c->rms_eps, s->sc.core);
     }
 }
 
 void qrt_session_rollback(qrt_session *s, int n_keep) {
-    QRT_ASSERT(s->rec_T > 0 && n_keep >= 1 && n_keep <= s->rec_T && s->pos == s->rec_pos + s->rec_T);
+    QRT_ASSERT(s->kept_T > 0 && n_keep >= 1 && n_keep <= s->kept_T && s->pos == s->kept_pos + s->kept_T);
     /* no position, no ids: a graph per n_keep, and one (T = 0) for keeping everything */
-    const int steps = n_keep < s->rec_T ? n_keep : 0;
+    const int steps = n_keep < s->kept_T ? n_keep : 0;
     const qrt_graph_entry key = {.kind = QRT_GRAPH_ROLLBACK, .T = steps};
     qrt_run_graphed(s, &key, 0, NULL, 0, rollback_body, &steps);
     /* KV entries past the new position are simply overwritten later */
-    s->pos = s->rec_pos + n_keep;
-    s->rec_T = 0;
+    s->pos = s->kept_pos + n_keep;
+    s->kept_T = 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------
@@ -348,10 +353,10 @@ void qrt_graph_key_forward(qrt_session *s, const qrt_graph_entry *g) {
             if (g->rows >> r & 1) rows[n] = r, idx[n] = n, n++;
         const row_out out = {NULL, &host_pick}; /* picks stay in sc->picks; the caller downloads them */
         const piece_args a = {no_ids, rows, idx, g->T, n, &out};
-        const int verify = s->recording;
-        s->recording = g->recording;
+        const int verify = s->keeping;
+        s->keeping = g->keep;
         piece_body(s, &a);
-        s->recording = verify;
+        s->keeping = verify;
     } else if (g->kind == QRT_GRAPH_MTP) {
         const mtp_args a = {g->h, no_ids, g->T, 0, NULL, s->sc.picks};
         mtp_body(s, &a);

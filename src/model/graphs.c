@@ -8,7 +8,7 @@
  * recorded once and replayed: ~720 kernel launches become one graph launch. The backend reads the position
  * and the ids of a recorded forward from its step slot (backend.h), so a graph serves every position; the
  * key (qrt_graph_entry) holds the rest of what the recording baked in: which forward, T, the requested rows,
- * whether GDN inputs are recorded, the hidden rows the MTP reads. Everything else it touches is the session's
+ * whether GDN inputs are kept for rollback, the hidden rows the MTP reads. Everything else it touches is the session's
  * (fixed for its life) or the model's.
  *
  * A rollback after a partial accept (the GDN layers' re-run of the kept steps) is recorded per n_keep the same way.
@@ -43,7 +43,7 @@ static qrt_graph_entry *graph_entry(qrt_session *s, const qrt_graph_entry *key) 
     if (!s->graphs_on || !be->graph_begin || (s->graph_be && s->graph_be != be)) return NULL;
     for (int i = 0; i < s->n_graphs; i++) {
         qrt_graph_entry *g = &s->graphs[i];
-        if (g->kind == key->kind && g->T == key->T && g->recording == key->recording && g->rows == key->rows &&
+        if (g->kind == key->kind && g->T == key->T && g->keep == key->keep && g->rows == key->rows &&
             g->h == key->h)
             return g;
     }

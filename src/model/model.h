@@ -84,7 +84,7 @@ typedef struct {
     float *mtp_out;  /* [T][D] MTP output after mtp.norm: its logits' input and the next draft's hidden */
 } qrt_scratch;
 
-/* Largest verify (K+1 tokens) whose GDN inputs are recorded for rollback. */
+/* Largest verify (K+1 tokens) whose GDN inputs are kept for rollback. */
 #define QRT_MAX_VERIFY 17
 
 /* One decoder layer's state in a session. */
@@ -97,9 +97,9 @@ typedef struct {
      * accepted steps on S (bit-exact, no second forward), a full accept copies S_verified in. */
     float *S_verified;     /* [Hv][Dk][Dv] */
     float *conv_snap;      /* [Ck-1][conv_dim] */
-    float *rec_mixed;      /* [QRT_MAX_VERIFY][conv_dim] pre-conv inputs */
-    float *rec_conv;       /* [QRT_MAX_VERIFY][conv_dim] conv outputs (q | k | v) */
-    float *rec_a, *rec_b;  /* [QRT_MAX_VERIFY][Hv] */
+    float *kept_mixed;     /* [QRT_MAX_VERIFY][conv_dim] pre-conv inputs */
+    float *kept_conv;      /* [QRT_MAX_VERIFY][conv_dim] conv outputs (q | k | v) */
+    float *kept_a, *kept_b; /* [QRT_MAX_VERIFY][Hv] */
 } qrt_layer_state;
 
 /* One recorded forward of the decode loop (graphs.c): the key is everything the recording baked in
@@ -108,7 +108,7 @@ typedef struct {
     int kind;          /* QRT_GRAPH_MAIN (qrt_forward_greedy), QRT_GRAPH_MTP (qrt_mtp_forward with a pick) or
                         * QRT_GRAPH_ROLLBACK (qrt_session_rollback) */
     int T;             /* tokens (ROLLBACK: n_keep, or 0 for a verify kept whole) */
-    int recording;     /* MAIN: a verify (GDN inputs recorded for rollback) */
+    int keep;          /* MAIN: a verify (GDN inputs kept for rollback) */
     uint32_t rows;     /* MAIN: the requested rows, bit r for row r */
     const float *h;    /* MTP: the hidden rows read */
     unsigned epoch;    /* the backend's graph epoch when recorded */
@@ -133,8 +133,9 @@ struct qrt_session {
     int32_t pos;            /* tokens consumed */
     qrt_layer_state *ls;    /* [L] */
     qrt_layer_state mtp;    /* the MTP layer's KV cache, when the model has one */
-    int recording;          /* the current forward records GDN inputs for rollback */
-    int rec_T, rec_pos;     /* tokens and start position of the last recorded forward */
+    int keeping;            /* the current forward keeps its GDN inputs for rollback */
+    int kept_T, kept_pos;   /* tokens and start position of the last forward whose inputs were kept */
+    int mtp_last;           /* row of sc.mtp_out holding the MTP head's latest output (qrt_mtp_hidden) */
     qrt_scratch sc;
     void *arena;            /* one backend allocation holding all of the above */
     /* Graphs of the decode loop's forwards, valid for this session's buffers (kept across qrt_session_reset,
@@ -153,20 +154,23 @@ void qrt_session_graph_stats(const qrt_session *s, qrt_graph_stats *out);
 
 /* Speculative decoding support (engine/spec.c). */
 /* The next qrt_forward (T ≤ QRT_MAX_VERIFY) is a verify: GDN state kept as it was (its end state written beside
- * it), conv state snapshotted, inputs recorded. */
+ * it), conv state snapshotted, inputs kept. */
 void qrt_session_begin_verify(qrt_session *s);
 /* Keep only the first n_keep tokens of the last verify: KV by position, GDN state by re-applying the
- * recorded accepted steps to the start state (n_keep = all: the verify's end state copied in). Bit-exact with a
+ * kept accepted steps to the start state (n_keep = all: the verify's end state copied in). Bit-exact with a
  * session that consumed only those tokens. The next qrt_forward does it with n_keep = all if nobody did. */
 void qrt_session_rollback(qrt_session *s, int n_keep);
 /* Final-normed hidden of row t of the last forward piece (backend memory). */
 const float *qrt_session_hidden(const qrt_session *s, int t);
-/* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], may be
- * qrt_session_hidden or the MTP's own last output); fills the MTP KV cache at pos0..pos0+T-1, leaves each
- * row's output in sc.mtp_out and writes the logits of the last row to logits (host [V]) when non-NULL, its
- * greedy pick (argmax on the backend) to *pick when non-NULL. */
+/* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], qrt_session_hidden or, for
+ * T = 1, qrt_mtp_hidden); fills the MTP KV cache at pos0..pos0+T-1, leaves each row's output in sc.mtp_out and
+ * writes the logits of the last row to logits (host [V]) when non-NULL, its greedy pick (argmax on the backend) to
+ * *pick when non-NULL. */
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
                      int32_t *pick);
+/* The MTP head's latest output: the last row of the last qrt_mtp_forward (backend [D]), the hidden a further draft
+ * step reads. */
+const float *qrt_mtp_hidden(const qrt_session *s);
 /* qrt_forward for greedy decoding: instead of the requested rows' logits, only their argmax (picks, host
  * [n_rows], n_rows ≤ QRT_MAX_T), computed on the backend: 4 bytes per row come back instead of V floats. The
  * same tokens as qrt_argmax of qrt_forward's logits. */

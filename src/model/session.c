@@ -48,7 +48,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
     const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
     const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
     const size_t S = Hv * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * cd, C = (size_t)s->max_ctx;
-    const size_t R = m->mtp.present ? QRT_MAX_VERIFY : 0; /* rollback records only for speculative models */
+    const size_t R = m->mtp.present ? QRT_MAX_VERIFY : 0; /* inputs kept for rollback only in speculative models */
     int n = 0;
     for (int i = 0; i < c->n_layers; i++) {
         qrt_layer_state *l = &s->ls[i];
@@ -60,10 +60,10 @@ static int session_pieces(qrt_session *s, carve *cv) {
         cv[n++] = (carve){&l->conv, conv};
         cv[n++] = (carve){&l->S_verified, R ? S : 0};
         cv[n++] = (carve){&l->conv_snap, R ? conv : 0};
-        cv[n++] = (carve){&l->rec_mixed, R * cd};
-        cv[n++] = (carve){&l->rec_conv, R * cd};
-        cv[n++] = (carve){&l->rec_a, R * Hv};
-        cv[n++] = (carve){&l->rec_b, R * Hv};
+        cv[n++] = (carve){&l->kept_mixed, R * cd};
+        cv[n++] = (carve){&l->kept_conv, R * cd};
+        cv[n++] = (carve){&l->kept_a, R * Hv};
+        cv[n++] = (carve){&l->kept_b, R * Hv};
     }
     if (m->mtp.present) n += kv_pieces(m, &s->mtp.kv, C, cv + n);
     qrt_scratch *sc = &s->sc;
@@ -124,8 +124,8 @@ void qrt_session_free(qrt_session *s) {
 void qrt_session_reset(qrt_session *s) {
     const qrt_config *c = &s->m->cfg;
     s->pos = 0;
-    s->recording = 0;
-    s->rec_T = 0;
+    s->keeping = 0;
+    s->kept_T = 0;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
         s->m->be->zero(s->ls[i].S, sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
