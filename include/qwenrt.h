@@ -111,7 +111,9 @@ typedef struct {
     int32_t n_logit_bias;
 } qrt_sampling;
 
-#define QRT_SPEC_DEFAULT (-1) /* spec_k: speculate with K = 6 when the model has an MTP head, else not */
+/* spec_k: speculate with K = 6 when the model has an MTP head and the session is empty or was left by a speculative
+ * generation (whose MTP cache covers it), else decode plainly */
+#define QRT_SPEC_DEFAULT (-1)
 #define QRT_SPEC_MAX_K 16
 
 typedef struct {
@@ -150,7 +152,10 @@ typedef struct {
 
 /* Generation after a prefill of ids (greedy, or sampled per opts->sampling, speculative per
  * opts->spec_k); out receives up to opts->max_new ids. Greedy speculative output equals plain greedy
- * output token for token; sampled speculative output follows the plain sampling distribution. */
+ * output token for token; sampled speculative output follows the plain sampling distribution.
+ * The session then holds the prompt and every generated token but the last, so a later call may continue it with
+ * ids that start with that last token (a conversation's next turn). Speculation continues a session only where a
+ * speculative generation left it: after a plain one, an explicit spec_k > 0 is refused (QRT_ERR_ARG). */
 qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, int32_t *out,
                         qrt_gen_stats *stats);
 

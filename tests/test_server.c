@@ -711,6 +711,25 @@ static void test_stop(void) {
     json_decref(ev);
 }
 
+/* The value of the first /metrics sample line that starts with name; -1 if there is none. */
+static double metric(const char *text, const char *name) {
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, strlen(name))) continue;
+        const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l), *v = end;
+        while (v > l && v[-1] != ' ') v--;
+        return strtod(v, NULL);
+    }
+    return -1;
+}
+
+/* One counter of /metrics now; -1 when it cannot be read. */
+static double metric_now(const char *name) {
+    http_resp m = get("/metrics");
+    double v = m.body ? metric(m.body, name) : -1;
+    free(m.body);
+    return v;
+}
+
 /* {"prompt": [ids], "max_tokens": max_tokens, "temperature": 0} */
 static json_t *ids_body(const int *ids, int n, int max_tokens) {
     json_t *p = json_array();
@@ -719,7 +738,8 @@ static json_t *ids_body(const int *ids, int n, int max_tokens) {
 }
 
 /* A prompt that extends the previous request's tokens continues from its state: same output as a cold prefill,
- * less prefill time. max_tokens 1 makes the session hold exactly the prompt. */
+ * less prefill time, and it speculates (the session kept the MTP head's state). max_tokens 1 makes the session hold
+ * exactly the prompt. */
 static void test_prefix_reuse(void) {
     enum { MORE = 8 };
     int n = small_mode ? 120 : 240, ids[240 + MORE], diverge[100 + 1 + MORE];
@@ -735,9 +755,11 @@ static void test_prefix_reuse(void) {
     CHECK(s == 200 && ji(cold, "usage/prompt_tokens_details/cached_tokens") == 0, "cold: %s", show(cold));
     post("/v1/completions", ids_body(ids, n, 1), &r);
     json_decref(r);
+    const double cycles = metric_now("qwenrt_spec_cycles_total");
     s = post("/v1/completions", ids_body(ids, n + MORE, 6), &warm);
     CHECK(s == 200 && ji(warm, "usage/prompt_tokens_details/cached_tokens") == n,
           "warm request reuses %d tokens: %s", n, show(jp(warm, "usage")));
+    CHECK(cycles >= 0 && metric_now("qwenrt_spec_cycles_total") > cycles, "the continued request speculated");
     CHECK(streq(js(warm, "choices/0/text"), js(cold, "choices/0/text")), "reused state gives the same greedy output");
     double c = json_number_value(jp(cold, "timings/prefill_ms")), w = json_number_value(jp(warm, "timings/prefill_ms"));
     printf("prefix reuse: prefill of %d tokens %.1f ms cold, %.1f ms reusing %d tokens; saved %.1f ms (%.1fx)\n",
@@ -825,17 +847,6 @@ static void test_bad_requests(void) {
     test_too_big();
 }
 
-/* The value of the first /metrics sample line that starts with name; -1 if there is none. */
-static double metric(const char *text, const char *name) {
-    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (strncmp(l, name, strlen(name))) continue;
-        const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l), *v = end;
-        while (v > l && v[-1] != ' ') v--;
-        return strtod(v, NULL);
-    }
-    return -1;
-}
-
 /* Sends a streamed request on a raw socket and hangs up after three events. */
 static bool abandon_stream(void) {
     static const char body[] = "{\"prompt\": \"Tell me a long story\", \"max_tokens\": 400, \"stream\": true, "
@@ -870,10 +881,8 @@ static void test_disconnect(void) {
     CHECK(s == 200 && ji(r, "usage/completion_tokens") == 3, "request after a disconnect: %d %s", s, show(r));
     CHECK(now_s() - t0 < 60, "the abandoned generation did not run to its 400 tokens first");
     json_decref(r);
-    http_resp m = get("/metrics");
-    double cancelled = m.body ? metric(m.body, "qwenrt_generations_cancelled_total") : -1;
+    double cancelled = metric_now("qwenrt_generations_cancelled_total");
     CHECK(cancelled >= 1, "metrics count the cancelled generation: %g", cancelled);
-    free(m.body);
 }
 
 typedef struct {
@@ -1326,10 +1335,7 @@ static void test_shutdown(void) {
     if (pthread_create(&tl, NULL, bg_stream, &longq)) die("pthread_create");
     /* SIGTERM as soon as the long one waits in the queue, while the first still generates */
     for (double deadline = now_s() + 30; now_s() < deadline; sleep_ms(5)) {
-        http_resp m = get("/metrics");
-        double depth = m.body ? metric(m.body, "qwenrt_queue_depth") : -1;
-        free(m.body);
-        if (depth >= 1) break;
+        if (metric_now("qwenrt_queue_depth") >= 1) break;
     }
     double t0 = now_s();
     int rc = stop_server();

@@ -9,9 +9,13 @@
  *   4. sampling: the distribution of the 2nd and 3rd sampled tokens with speculation matches plain
  *      sampling (two-sample chi-square over 2000 seeded runs each, 500 in quick mode; threshold below);
  *   5. failures reach the caller: a cycle in a full context, a draft hook returning no token;
- *   6. the cost of one verify (K+1 tokens, one batched forward) against one decode step. */
+ *   6. the cost of one verify (K+1 tokens, one batched forward) against one decode step;
+ *   7. continued speculation (a conversation's next turns on one session, tests/continued_spec.h) at K = 1, 3, 6
+ *      (quick: 3) with the MTP's own and forced drafts: the tokens and the MTP's proposals of a fresh generation of the whole
+ *      conversation; a session a plain generation left is continued plainly (an explicit spec_k is refused). */
 #include <stdlib.h>
 
+#include "continued_spec.h"
 #include "engine/spec.h"
 #include "test_util.h"
 
@@ -132,6 +136,7 @@ static void test_rollback_state(env *e, int p) {
         int kept = 0;
         CHECK_OK(qrt_spec_cycle(&sp, got, &kept));
         CHECK(kept == j + 1, "prompt %d: cycle meant to accept %d drafts kept %d tokens", p, j, kept);
+        qrt_spec_commit(&sp, got, kept, 1);
         /* b: the prompt, then the first token and the accepted drafts one at a time */
         float *logits = malloc(sizeof(float) * e->V);
         CHECK_OK(qrt_prefill(b, e->prompts[p], n, logits));
@@ -174,6 +179,7 @@ static void test_cycle_errors(env *e) {
     CHECK_OK(qrt_spec_prefill(&sp, e->prompts[0], n, &first));
     CHECK_OK(qrt_spec_cycle(&sp, got, &kept));
     CHECK(kept == 1, "the last room in the context: %d tokens kept, expected 1", kept);
+    qrt_spec_commit(&sp, got, kept, 1);
     qrt_status st = qrt_spec_cycle(&sp, got, &kept);
     CHECK(st == QRT_ERR_CONTEXT && kept == 0, "a cycle in a full context returned %s with %d tokens",
           qrt_status_str(st), kept);
@@ -297,6 +303,36 @@ static void measure_verify(env *e) {
     qrt_session_free(s);
 }
 
+static void test_continued(env *e) {
+    const int32_t *user = e->prompts[1] + 40; /* the next user messages: 6 tokens of the long prompt */
+    const int Ks[] = {3, 1, 6};
+    for (int i = 0; i < (quick ? 1 : 3); i++)
+        for (int forced = 0; forced < 2; forced++) {
+            cont_report rep;
+            char why[256] = "";
+            CHECK(cont_check(e->m, e->prompts[0], e->n_prompt[0], user, 6, Ks[i], forced, 1.0, &rep, why, sizeof why),
+                  "continued speculation, K=%d, %s drafts: %s", Ks[i], forced ? "forced" : "own", why);
+            printf("  continued turns K=%d, %s drafts: %lld cycles, %d of %d proposals as in fresh generations, MTP "
+                   "state within %.1e\n", Ks[i], forced ? "forced" : "own", (long long)rep.cycles, rep.same, rep.drafts,
+                   rep.worst);
+        }
+    /* a plain generation leaves a session the MTP head did not follow */
+    qrt_session *s;
+    CHECK_OK(qrt_session_new(e->m, 64, &s));
+    int32_t out[8], next[3] = {0, user[0], user[1]};
+    qrt_gen_opts go = {.max_new = 4, .spec_k = 0};
+    qrt_gen_stats gs;
+    CHECK_OK(qrt_generate(s, e->prompts[0], e->n_prompt[0], &go, out, &gs));
+    next[0] = out[3];
+    go.spec_k = 3;
+    CHECK(qrt_generate(s, next, 3, &go, out, &gs) == QRT_ERR_ARG && strstr(qrt_last_error(), "spec_k 0"),
+          "spec_k 3 on a session a plain generation left: %s", qrt_last_error());
+    go.spec_k = QRT_SPEC_DEFAULT;
+    CHECK_OK(qrt_generate(s, next, 3, &go, out, &gs));
+    CHECK(gs.attempts == 0 && gs.n_new == 4, "the default continues it plainly: %lld cycles", (long long)gs.attempts);
+    qrt_session_free(s);
+}
+
 int main(int argc, char **argv) {
     const char *data = argc > 1 ? argv[1] : "tests/data";
     quick = argc > 2 && !strcmp(argv[2], "quick");
@@ -341,6 +377,7 @@ int main(int argc, char **argv) {
     test_sampling(&e, (qrt_sampling){.temperature = 1.0f, .top_k = 20}, "temperature 1, top-k 20");
     test_sampling(&e, (qrt_sampling){.temperature = 1.5f, .top_p = 0.9f}, "temperature 1.5, top-p 0.9");
     measure_verify(&e);
+    test_continued(&e);
     qrt_st_close(&ref);
     qrt_model_free(e.m);
     return test_exit("test_spec");

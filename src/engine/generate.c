@@ -84,12 +84,15 @@ static qrt_status generate_spec(qrt_session *s, const int32_t *ids, int32_t n, i
     st->prefill_ms = t1 - t0;
     int done = rc != QRT_OK || first < 0 || emit(c, opts, st, out, first);
     int32_t cycle[QRT_SPEC_MAX_K + 1];
-    while (!done) {
-        int got = 0;
+    while (!done && rc == QRT_OK) {
+        int got = 0, kept = 0;
         rc = qrt_spec_cycle(&sp, cycle, &got);
-        done = rc != QRT_OK;
-        for (int i = 0; i < got && !done; i++) done = emit(c, opts, st, out, cycle[i]);
+        /* the cycle's tokens go out before its rollback, so a stop inside them (end of text, max_new, on_token)
+         * leaves the session holding exactly the tokens given out, ready to be continued */
+        while (kept < got && !done) done = emit(c, opts, st, out, cycle[kept++]);
+        if (rc == QRT_OK) qrt_spec_commit(&sp, cycle, kept, !done);
     }
+    if (rc == QRT_OK) qrt_spec_finish(&sp);
     st->decode_ms = qrt_now_ms() - t1;
     qrt_spec_free(&sp);
     return rc;
@@ -112,8 +115,12 @@ qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt
     if (n + opts->max_new - 1 > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "prompt (%d) + new tokens (%d) exceed the session's context of %d; raise --ctx",
                         n, opts->max_new, s->max_ctx - s->pos);
-    if (K > 0 && s->pos != 0)
-        return qrt_fail(QRT_ERR_ARG, "speculative generation starts from an empty session (the MTP cache is seeded "
-                        "from the prompt); reset the session or use spec_k 0 (--spec-k 0)");
+    /* the MTP cache must hold every token the session does: an empty session, or one a speculative generation left */
+    const int continuable = s->pos == 0 || qrt_session_kept_hidden(s) != NULL;
+    if (opts->spec_k == QRT_SPEC_DEFAULT && !continuable) K = 0;
+    if (K > 0 && !continuable)
+        return qrt_fail(QRT_ERR_ARG, "speculative generation continues only a session that a speculative generation "
+                        "left (the MTP head did not see the tokens of the last one); reset the session or use spec_k "
+                        "0 (--spec-k 0)");
     return K ? generate_spec(s, ids, n, K, opts, out, stats) : generate_plain(s, ids, n, opts, out, stats);
 }

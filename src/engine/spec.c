@@ -14,6 +14,7 @@ qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts
     sp->opts = opts;
     sp->stats = stats;
     sp->K = K;
+    sp->hidden_row = -1;
     qrt_status st = qrt_chooser_init(&sp->ch, (int32_t)V, &opts->sampling);
     if (st == QRT_OK && !sp->ch.greedy) { /* greedy needs no logits on the host */
         sp->verify_logits = qrt_calloc((K + 1) * V, sizeof(float));
@@ -98,7 +99,13 @@ static qrt_status draft(qrt_spec *sp, int k, int32_t pos, int32_t *out) {
 
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first) {
     qrt_session *s = sp->s;
+    const int32_t P0 = s->pos;
+    const float *kept = qrt_session_kept_hidden(s);
+    QRT_ASSERT(P0 == 0 || kept);
     int32_t pairs[QRT_MAX_T];
+    /* a continuation: the MTP pair at the session's last token is redone with the token that follows it now (the
+     * generation that left the session paired it with its own last token, which the new prompt need not repeat) */
+    if (P0) mtp_forward(sp, kept, ids, 1, P0 - 1, 0);
     /* piece by piece, so each piece's final hidden states are still in scratch when the MTP reads them */
     for (int32_t start = 0; start < n; start += QRT_MAX_T) {
         int T = QRT_MIN(QRT_MAX_T, n - start), last = start + T == n;
@@ -108,7 +115,8 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
         if (last) *first = main_choice(sp, 0);
         /* the MTP pair at position t is (hidden of token t, token t+1) */
         for (int t = 0; t < T; t++) pairs[t] = start + t + 1 < n ? ids[start + t + 1] : *first;
-        mtp_forward(sp, qrt_session_hidden(s, 0), pairs, T, start, last);
+        mtp_forward(sp, qrt_session_hidden(s, 0), pairs, T, P0 + start, last);
+        sp->hidden_row = T - 1;
     }
     sp->next = *first;
     return QRT_OK;
@@ -152,10 +160,12 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     *n_out = 0;
     /* near the end of the context, draft fewer; with no room for a draft, decode plainly */
     int K = QRT_MIN(sp->K, s->max_ctx - P - 1);
+    sp->cycle_pos = P;
+    sp->cycle_K = QRT_MAX(K, 0);
     if (K < 1) {
         QRT_TRY(main_forward(sp, &sp->next, 1, NULL, 1));
         QRT_TRY(check_main(sp, 1, P));
-        out[0] = sp->next = main_choice(sp, 0);
+        out[0] = main_choice(sp, 0);
         *n_out = 1;
         return QRT_OK;
     }
@@ -183,13 +193,8 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
         j = QRT_MAX(0, QRT_MIN(K, sp->opts->accept_hook(K, j, sp->opts->accept_user)));
         bonus = main_choice(sp, j);
     }
-    qrt_session_rollback(s, j + 1);
     for (int i = 0; i < j; i++) out[i] = d[i];
     out[j] = bonus;
-    /* the MTP catches up on the accepted tokens from the main model's hidden states; its last row's logits
-     * give the next cycle's first draft */
-    mtp_forward(sp, qrt_session_hidden(s, 0), out, j + 1, P, 1);
-    sp->next = bonus;
     qrt_gen_stats *st = sp->stats;
     st->attempts++;
     st->accepts += j;
@@ -199,4 +204,20 @@ qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out) {
     st->verify_ms += t2 - t1;
     *n_out = j + 1;
     return QRT_OK;
+}
+
+void qrt_spec_commit(qrt_spec *sp, const int32_t *out, int n_keep, int more) {
+    qrt_session *s = sp->s;
+    const double t0 = qrt_now_ms();
+    if (sp->cycle_K) qrt_session_rollback(s, n_keep); /* a verify; the plain step at the context's end keeps its one */
+    /* the MTP catches up on the kept tokens from the main model's hidden states; its last row's logits give the
+     * next cycle's first draft */
+    mtp_forward(sp, qrt_session_hidden(s, 0), out, n_keep, sp->cycle_pos, more);
+    sp->hidden_row = n_keep - 1;
+    sp->next = out[n_keep - 1];
+    sp->stats->chain_ms += qrt_now_ms() - t0;
+}
+
+void qrt_spec_finish(qrt_spec *sp) {
+    if (sp->hidden_row >= 0) qrt_session_keep_hidden(sp->s, sp->hidden_row);
 }

@@ -136,6 +136,10 @@ struct qrt_session {
     int keeping;            /* the current forward keeps its GDN inputs for rollback */
     int kept_T, kept_pos;   /* tokens and start position of the last forward whose inputs were kept */
     int mtp_last;           /* row of sc.mtp_out holding the MTP head's latest output (qrt_mtp_hidden) */
+    /* For a speculative generation that continues this session (prefix reuse): the final-normed hidden of the token
+     * at mtp_hidden_pos, kept by qrt_session_keep_hidden. */
+    float *mtp_hidden;      /* backend [D], when the model has an MTP head */
+    int32_t mtp_hidden_pos; /* -1: none kept */
     qrt_scratch sc;
     void *arena;            /* one backend allocation holding all of the above */
     /* Graphs of the decode loop's forwards, valid for this session's buffers (kept across qrt_session_reset,
@@ -162,6 +166,13 @@ void qrt_session_begin_verify(qrt_session *s);
 void qrt_session_rollback(qrt_session *s, int n_keep);
 /* Final-normed hidden of row t of the last forward piece (backend memory). */
 const float *qrt_session_hidden(const qrt_session *s, int t);
+/* Continuing speculation (engine/spec.c): keep row t of the last forward piece's hidden states as the hidden of the
+ * session's last token (position pos - 1). The MTP pair at pos - 1 reads it with whatever token the session consumes
+ * next; the caller has run the MTP over every pair before. */
+void qrt_session_keep_hidden(qrt_session *s, int t);
+/* The hidden kept for the session's last token (backend [D]), or NULL when none is: the session is empty, or the
+ * main model moved since the last qrt_session_keep_hidden (a forward the MTP did not see, a reset). */
+const float *qrt_session_kept_hidden(const qrt_session *s);
 /* The MTP head over T pairs (h[t], tokens[t]) at positions pos0.. (h: backend [T][D], qrt_session_hidden or, for
  * T = 1, qrt_mtp_hidden); fills the MTP KV cache at pos0..pos0+T-1, leaves each row's output in sc.mtp_out and
  * writes the logits of the last row to logits (host [V]) when non-NULL, its greedy pick (argmax on the backend) to

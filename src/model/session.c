@@ -66,6 +66,7 @@ static int session_pieces(qrt_session *s, carve *cv) {
         cv[n++] = (carve){&l->kept_b, R * Hv};
     }
     if (m->mtp.present) n += kv_pieces(m, &s->mtp.kv, C, cv + n);
+    cv[n++] = (carve){&s->mtp_hidden, m->mtp.present ? (size_t)c->hidden : 0};
     qrt_scratch *sc = &s->sc;
     const carve scratch[] = {
         {&sc->h, T * D},         {&sc->x, T * D},          {&sc->y, T * D},        {&sc->mixed, T * cd},
@@ -108,6 +109,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     free(cv);
     const char *g = getenv("QRT_CUDA_GRAPHS");
     s->graphs_on = !(g && !strcmp(g, "0"));
+    s->mtp_hidden_pos = -1;
     *out = s;
     return QRT_OK;
 }
@@ -126,6 +128,7 @@ void qrt_session_reset(qrt_session *s) {
     s->pos = 0;
     s->keeping = 0;
     s->kept_T = 0;
+    s->mtp_hidden_pos = -1;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != QRT_LAYER_LINEAR) continue;
         s->m->be->zero(s->ls[i].S, sizeof(float) * c->gdn_v_heads * c->gdn_dk * c->gdn_dv);
@@ -134,3 +137,15 @@ void qrt_session_reset(qrt_session *s) {
 }
 
 int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
+
+void qrt_session_keep_hidden(qrt_session *s, int t) {
+    QRT_ASSERT(s->m->mtp.present && s->pos > 0 && t >= 0 && t < QRT_MAX_T);
+    s->m->be->copy(s->mtp_hidden, qrt_session_hidden(s, t), sizeof(float) * (size_t)s->m->cfg.hidden);
+    s->mtp_hidden_pos = s->pos - 1;
+}
+
+/* A position, not a flag: every forward of the main model moves pos, so none needs to clear it (only a reset,
+ * which may be followed by as many tokens again). */
+const float *qrt_session_kept_hidden(const qrt_session *s) {
+    return s->pos > 0 && s->mtp_hidden_pos == s->pos - 1 ? s->mtp_hidden : NULL;
+}

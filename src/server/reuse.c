@@ -44,8 +44,8 @@ static int32_t kept_prefix(const qrt_reuse *r, const int32_t *ids, int32_t n) {
     return r->n_consumed;
 }
 
-/* Remember what the session now holds: the first pos ids of prompt + output. When the session moved past
- * what we can name (a speculative cycle stopped mid-way), it is reset instead. */
+/* Remember what the session now holds: the first pos ids of prompt + output (qrt_generate keeps only tokens it gave
+ * out, so pos <= n + n_out; a session past that could not be named, and is reset). */
 static void remember(qrt_reuse *r, const int32_t *ids, int32_t n, const int32_t *out, int32_t n_out) {
     int32_t pos = qrt_session_pos(r->s);
     if (pos > n + n_out || (pos > r->cap && !(r->consumed = realloc(r->consumed, (size_t)(r->cap = pos) * sizeof(int32_t))))) {
@@ -62,17 +62,16 @@ static void remember(qrt_reuse *r, const int32_t *ids, int32_t n, const int32_t 
 qrt_status qrt_reuse_generate(qrt_reuse *r, const int32_t *ids, int32_t n, qrt_gen_opts *opts, int32_t *out,
                               qrt_gen_stats *stats, int32_t *reused) {
     int32_t keep = kept_prefix(r, ids, n);
-    int K = effective_k(r, opts->spec_k);
-    /* continuing wins unless it leaves less room than the generation asked for and a fresh start would not */
-    if (keep && room_from(r, keep, n - keep, 0) < opts->max_new && room_from(r, 0, n, K) > room_from(r, keep, n - keep, 0))
-        keep = 0;
     if (!keep) qrt_reuse_reset(r);
-    int32_t room = room_from(r, keep, n - keep, keep ? 0 : K);
+    qrt_gen_opts go = *opts;
+    /* a continuation speculates where a speculative generation left the session (its MTP cache covers every kept
+     * token); after a plain one (penalties, logprobs) it decodes plainly */
+    if (keep && !qrt_session_kept_hidden(r->s)) go.spec_k = 0;
+    int32_t room = room_from(r, keep, n - keep, effective_k(r, go.spec_k));
     if (room == 0) return qrt_fail(QRT_ERR_CONTEXT, "the prompt (%d tokens) does not fit the context of %d; restart "
                                    "with a larger --ctx (serve and chat take it)", n, r->max_ctx);
     if (opts->max_new > room) opts->max_new = room;
-    qrt_gen_opts go = *opts;
-    if (keep) go.spec_k = 0;
+    go.max_new = opts->max_new;
     go.history = ids, go.n_history = keep; /* repetition_penalty counts the reused prompt too */
     *reused = keep;
     qrt_status st = qrt_generate(r->s, ids + keep, n - keep, &go, out, stats);

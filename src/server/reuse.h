@@ -2,8 +2,9 @@
  * again. The session remembers the token ids it consumed; a new prompt that starts with exactly those ids
  * continues from the session's state with only its suffix. Gated DeltaNet state cannot be truncated, so
  * anything else (a prompt that diverges anywhere, even one token before the end) starts from an empty
- * session. Speculative decoding seeds the MTP cache from the whole prompt, so a continued generation
- * decodes without speculation (spec_k 0); a fresh one speculates as asked. */
+ * session. A continued generation speculates as asked when the previous one did (the session keeps the MTP
+ * head's cache and the hidden state its next pair reads); after a plain one (penalties, logprobs), whose tokens
+ * the MTP did not see, it decodes without speculation. */
 #ifndef QRT_SERVER_REUSE_H
 #define QRT_SERVER_REUSE_H
 
