@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "util/common.h"
+
 static const qrt_backend *real;
 static qrt_backend timed;
 static int recording, on_cuda;
