@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "tools/tools.h"
+#include "util/argmax.h"
 
 static int failures = 0;
 

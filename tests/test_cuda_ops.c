@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "io/dtype.h"
+#include "util/mix64.h"
 
 #define GUARD 64
 static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
@@ -22,13 +23,8 @@ static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
 static const qrt_backend *cpu, *gpu;
 static int failures = 0, checks = 0;
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 static float urand(uint64_t seed, size_t i, float lo, float hi) {
-    return lo + (hi - lo) * (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+    return lo + (hi - lo) * (float)(qrt_mix64(seed * QRT_MIX64_STEP + i) >> 40) * (1.0f / 16777216.0f);
 }
 /* n random floats in [lo, hi), host memory */
 static float *host_rand(size_t n, uint64_t seed, float lo, float hi) {
@@ -123,7 +119,7 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
     for (int64_t i = 0; i < N * K; i++) {
         float v = urand(seed, (size_t)i, -1.0f, 1.0f);
         if (fmt == QRT_WF_FP8B) {
-            uint8_t b = (uint8_t)(mix64(seed * 31 + (uint64_t)i) >> 24);
+            uint8_t b = (uint8_t)(qrt_mix64(seed * 31 + (uint64_t)i) >> 24);
             wh[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b ^ 1) : b;
         } else if (fmt == QRT_WF_F32) memcpy(wh + 4 * i, &v, 4);
         else if (fmt == QRT_WF_BF16) {
@@ -197,11 +193,11 @@ static const float e2m1_values[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f
 static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
     uint8_t *codes = malloc((size_t)N * K / 2), *scales = malloc((size_t)N * K / 16);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)mix64(seed * 7 + (uint64_t)i);
+    for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)qrt_mix64(seed * 7 + (uint64_t)i);
     /* e4m3 scales in [2^-3, 2^3], either sign never negative (real checkpoints), no NaN */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * K / 16; i++) {
-        uint64_t r = mix64(seed * 13 + (uint64_t)i);
+        uint64_t r = qrt_mix64(seed * 13 + (uint64_t)i);
         scales[i] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
     }
     const float scale2 = 0.0123f;
@@ -282,9 +278,9 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
 static qrt_linear nvfp4_test_part(int64_t N, int64_t K, uint64_t seed, int i, const char *name) {
     const size_t elems = (size_t)N * (size_t)K;
     uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
-    for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 1000003u + j);
+    for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)qrt_mix64(seed * 7 + (uint64_t)i * 1000003u + j);
     for (size_t j = 0; j < elems / 16; j++) {
-        const uint64_t r = mix64(seed * 13 + (uint64_t)i * 1000003u + j);
+        const uint64_t r = qrt_mix64(seed * 13 + (uint64_t)i * 1000003u + j);
         scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
     }
     return (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales,
@@ -790,7 +786,7 @@ static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
         float f = urand(seed, (size_t)i, -1, 1);
         if (fmt == QRT_WF_F32) memcpy(e + 4 * i, &f, 4);
         else {
-            uint16_t h = fmt == QRT_WF_BF16 ? qrt_f32_to_bf16(f) : (uint16_t)(0x3c00 | (mix64(i) & 0x3ff)); /* f16 1..2 */
+            uint16_t h = fmt == QRT_WF_BF16 ? qrt_f32_to_bf16(f) : (uint16_t)(0x3c00 | (qrt_mix64(i) & 0x3ff)); /* f16 1..2 */
             memcpy(e + 2 * i, &h, 2);
         }
     }

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/quant_encode.h"
 #include "test_util.h"
+#include "util/argmax.h"
 
 #define LOGIT_TOL 1e-4
 

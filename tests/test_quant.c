@@ -11,6 +11,8 @@
 #include "model/model.h"
 #include "model/quant_encode.h"
 #include "tools/tools.h"
+#include "util/argmax.h"
+#include "util/mix64.h"
 
 /* The CPU reference backend even in a CUDA build on a GPU machine. */
 static const qrt_load_opts test_cpu = {.device = QRT_DEVICE_CPU};
@@ -33,10 +35,7 @@ static uint64_t qhash(const uint8_t *b, uint64_t n) {
     uint64_t h = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t z = (uint64_t)b[i] | (i << 8);
-        z += 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        h += z ^ (z >> 31);
+        h += qrt_splitmix64(&z);
     }
     return h;
 }

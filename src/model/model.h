@@ -200,8 +200,6 @@ qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, 
                                qrt_model **out);
 /* Fill cfg with a preset's shape; QRT_ERR_ARG naming the presets when preset is unknown. */
 qrt_status qrt_config_preset(const char *preset, qrt_config *cfg);
-int32_t qrt_argmax(const float *x, int32_t n); /* first index of the largest value */
-int qrt_all_finite(const float *x, size_t n); /* 1 when no value is NaN or ±Inf */
 /* Fail with QRT_ERR_NONFINITE for the logits after the token at position pos; who: "" or " of the MTP head". */
 qrt_status qrt_fail_nonfinite(int32_t pos, const char *who);
 #endif

@@ -8,6 +8,7 @@
 #include <utf8proc.h>
 
 #include "util/common.h"
+#include "util/mix64.h"
 
 /* ---------------------------------------------------------------------------------------------------
  * UTF-8 (Unicode Table 3-7) */
@@ -224,14 +225,9 @@ typedef struct {
     size_t mask;
 } merge_map;
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 static const merge_slot *merge_get(const merge_map *m, int32_t a, int32_t b) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    for (size_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = qrt_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
         const merge_slot *s = &m->slots[i];
         if (s->key == key) return s;
         if (s->key == UINT64_MAX) return NULL;
@@ -630,7 +626,7 @@ static qrt_status build_merges(loader *L, json_t *merges) {
             break;
         }
         uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-        for (size_t s = mix64(key) & t->merges.mask;; s = (s + 1) & t->merges.mask) {
+        for (size_t s = qrt_mix64(key) & t->merges.mask;; s = (s + 1) & t->merges.mask) {
             merge_slot *slot = &t->merges.slots[s];
             if (slot->key == key) break; /* a repeated rule keeps its first (lowest) rank */
             if (slot->key == UINT64_MAX) {
