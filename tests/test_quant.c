@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 
 #include "backend/cpu/cpu_quant.h"
+#include "io/quant_encode.h"
 #include "io/st_writer.h"
 #include "model/model.h"
-#include "model/quant_encode.h"
 #include "tools/tools.h"
 #include "util/argmax.h"
 #include "util/mix64.h"

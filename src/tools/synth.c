@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/quant_encode.h"
+#include "io/quant_encode.h"
 #include "tools/out_dir.h"
 #include "tools/quant_writer.h"
 #include "tokenizer/tokenizer.h"

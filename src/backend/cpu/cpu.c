@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_quant.h"
 #include "io/dtype.h"
-#include "model/quant_encode.h"
+#include "io/quant_encode.h"
 #include "util/argmax.h"
 #include "util/common.h"
 
