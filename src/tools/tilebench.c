@@ -25,6 +25,7 @@
 
 #include "model/model.h"
 #include "tools/membw.h"
+#include "tools/synthetic.h"
 #include "tools/tools.h"
 #include "util/mix64.h"
 #ifdef QRT_HAVE_CUDA

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "io/dtype.h"
-#include "model/model.h"
+#include "tools/synthetic.h"
 #include "util/mix64.h"
 
 typedef struct {
