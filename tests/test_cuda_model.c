@@ -267,8 +267,7 @@ static void run_kv_cases(const char *data_dir) {
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
         if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-            printf("FAIL %s: %s\n", names[i], qrt_last_error());
-            failures++;
+            CHECK(0, "%s: %s", names[i], qrt_last_error());
         } else {
             run_graph_cases(m, &ref, names[i], 130, 200);
             run_graph_cases(m, &ref, names[i], 1000, 60);

@@ -833,9 +833,8 @@ int main(int argc, char **argv) {
 
     if (attention_only) {
         test_attention_cases();
-        printf("%s: %d of %d checks failed (%.1f s)\n", failures ? "FAIL" : "PASS", failures, checks,
-               (qrt_now_ms() - t0) / 1e3);
-        return failures ? 1 : 0;
+        printf("(%.1f s)\n", (qrt_now_ms() - t0) / 1e3);
+        return test_exit("cuda_ops");
     }
     const int Ts_small[] = {1, 2, 7, 16, 17, 64};
     const int Ts_real[] = {1, 7, 64};
