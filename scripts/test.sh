@@ -20,7 +20,7 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
         echo "== CUDA backend compile check for the oldest target, sm_80 (sm_89+ instructions need their fallback)"
         PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda-sm80 -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
-        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt
+        PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt qwenrt_tools
         echo "== no NVFP4 matmul kernel keeps anything in local memory (sm_90a)"
         # A per-thread local copy of a by-value kernel parameter cost 2.5% of decode on the H200;
         # ptxas names every kernel that uses local memory. Allowed: the layout change run at load (fp4_to_blocks).

@@ -19,26 +19,16 @@
 #include "continued_spec.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "test_util.h"
 #include "tools/tools.h"
-
-static int failures = 0;
-
-static const qrt_st_tensor *need(const qrt_st_set *ref, const char *name, qrt_dtype dt) {
-    const qrt_st_tensor *t = qrt_st_find(ref, name);
-    if (!t || t->dtype != dt) {
-        printf("FAIL reference tensor %s missing or of the wrong dtype\n", name);
-        failures++;
-        return NULL;
-    }
-    return t;
-}
+#include "util/argmax.h"
 
 static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, const char *which) {
     char pn[64], gn[64], ln[64];
     snprintf(pn, sizeof pn, "gen_prompt_%s", which);
     snprintf(gn, sizeof gn, "gen_%s", which);
     snprintf(ln, sizeof ln, "gen_logits_%s", which);
-    const qrt_st_tensor *pt = need(ref, pn, QRT_DT_I32), *gt = need(ref, gn, QRT_DT_I32), *lt = need(ref, ln, QRT_DT_F32);
+    const qrt_st_tensor *pt = ref_tensor(ref, pn, QRT_DT_I32), *gt = ref_tensor(ref, gn, QRT_DT_I32), *lt = ref_tensor(ref, ln, QRT_DT_F32);
     if (!pt || !gt || !lt) return;
     int n = (int)pt->shape[0], n_new = (int)gt->shape[0];
     const int32_t V = qrt_model_vocab(m);
@@ -50,8 +40,7 @@ static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, con
     qrt_gen_stats gs;
     qrt_gen_opts go = {.max_new = n_new, .stop_eos = 0};
     if (qrt_session_new(m, n + n_new, &s) != QRT_OK || qrt_generate(s, prompt, n, &go, got, &gs) != QRT_OK) {
-        printf("FAIL %s %s: %s\n", model, which, qrt_last_error());
-        failures++;
+        CHECK(0, "%s %s: %s", model, which, qrt_last_error());
     } else {
         int first_bad = -1;
         for (int i = 0; i < n_new && first_bad < 0; i++)
@@ -65,14 +54,11 @@ static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, con
             for (int32_t v = 0; v < V; v++) maxd = fmax(maxd, fabs((double)logits[v] - hf[v]));
         }
         free(logits);
-        if (first_bad >= 0) {
-            printf("FAIL %-10s %-5s prompt %3d: token %d is %d, HF has %d (prefill max|Δlogit| %.2e)\n", model, which, n,
-                   first_bad, got[first_bad], want[first_bad], maxd);
-            failures++;
-        } else {
+        CHECK(first_bad < 0, "%s %s prompt %d: token %d is %d, HF has %d (prefill max|Δlogit| %.2e)", model, which, n,
+              first_bad, got[first_bad], want[first_bad], maxd);
+        if (first_bad < 0)
             printf("ok   %-10s %-5s prompt %3d: %d greedy tokens equal HF's (prefill max|Δlogit| %.2e)\n", model,
                    which, n, n_new, maxd);
-        }
     }
     qrt_session_free(s);
     free(prompt), free(want), free(got);
@@ -93,7 +79,7 @@ static int32_t forced_draft(int32_t k, int32_t proposed, int32_t pos, void *user
 }
 
 static void run_spec_cases(qrt_model *m, const qrt_st_set *ref, const char *model) {
-    const qrt_st_tensor *pt = need(ref, "gen_prompt_short", QRT_DT_I32), *gt = need(ref, "gen_short", QRT_DT_I32);
+    const qrt_st_tensor *pt = ref_tensor(ref, "gen_prompt_short", QRT_DT_I32), *gt = ref_tensor(ref, "gen_short", QRT_DT_I32);
     if (!pt || !gt) return;
     int n = (int)pt->shape[0], n_new = (int)gt->shape[0] - QRT_SPEC_MAX_K;
     const int32_t *prompt = (const int32_t *)pt->data, *want = (const int32_t *)gt->data;
@@ -107,15 +93,15 @@ static void run_spec_cases(qrt_model *m, const qrt_st_set *ref, const char *mode
             qrt_session *s = NULL;
             qrt_gen_stats gs;
             runs++;
-            if (qrt_session_new(m, n + n_new + K + 1, &s) != QRT_OK || qrt_generate(s, prompt, n, &go, got, &gs) != QRT_OK ||
-                memcmp(got, want, sizeof(int32_t) * n_new) != 0 || (brk == 0 && gs.accepts != (int64_t)K * gs.attempts)) {
-                printf("FAIL %-10s speculative K=%d drafts %d: tokens differ from greedy (or accepts %lld/%lld)\n", model,
-                       K, brk, (long long)gs.accepts, (long long)gs.attempts);
-                bad++;
-            }
+            const int same = qrt_session_new(m, n + n_new + K + 1, &s) == QRT_OK &&
+                             qrt_generate(s, prompt, n, &go, got, &gs) == QRT_OK &&
+                             memcmp(got, want, sizeof(int32_t) * n_new) == 0 &&
+                             (brk != 0 || gs.accepts == (int64_t)K * gs.attempts);
+            CHECK(same, "%s speculative K=%d drafts %d: tokens differ from greedy (or accepts %lld/%lld)", model, K, brk,
+                  (long long)gs.accepts, (long long)gs.attempts);
+            bad += !same;
             qrt_session_free(s);
         }
-    failures += bad;
     if (!bad) printf("ok   %-10s speculative K=1..8, own/forced/failing drafts: %d runs equal greedy\n", model, runs);
 }
 
@@ -139,7 +125,7 @@ static void run_continued_cases(qrt_model *m, const qrt_st_set *ref, const char 
 
 /* Greedy generation of n_new tokens after prompt (spec_k K, drafts forced by f when not NULL) in a fresh session of
  * max_ctx, graphs on or off; the cache's counters to *gs. With graphs, a second generation after a reset must give
- * the same tokens while recording nothing (the first one left every key recorded). 0 on failure. */
+ * the same tokens while recording nothing (the first one left every key recorded). 0 on a failure (a failed check). */
 static int generate_with(qrt_model *m, const int32_t *prompt, int n, int n_new, int K, forced *f, int graphs,
                          int max_ctx, int32_t *out, qrt_graph_stats *gs) {
     qrt_session *s = NULL;
@@ -159,14 +145,14 @@ static int generate_with(qrt_model *m, const int32_t *prompt, int n, int n_new, 
         ok = qrt_generate(s, prompt, n, &go, again, &st) == QRT_OK;
         qrt_session_graph_stats(s, &g2);
         if (ok && (memcmp(again, out, sizeof(int32_t) * n_new) || g2.records != gs->records || g2.plain != gs->plain)) {
-            printf("FAIL second generation with graphs: %s, %lld recordings and %lld plain forwards more\n",
-                   memcmp(again, out, sizeof(int32_t) * n_new) ? "other tokens" : "same tokens",
-                   (long long)(g2.records - gs->records), (long long)(g2.plain - gs->plain));
+            CHECK(0, "second generation with graphs: %s, %lld recordings and %lld plain forwards more",
+                  memcmp(again, out, sizeof(int32_t) * n_new) ? "other tokens" : "same tokens",
+                  (long long)(g2.records - gs->records), (long long)(g2.plain - gs->plain));
             ok = 0;
         }
         free(again);
     } else if (!ok) {
-        printf("FAIL generation: %s\n", qrt_last_error());
+        CHECK(0, "generation: %s", qrt_last_error());
     }
     qrt_session_free(s);
     return ok;
@@ -175,7 +161,7 @@ static int generate_with(qrt_model *m, const int32_t *prompt, int n, int n_new, 
 /* Graph replays against plain launches: the prompt repeated to n tokens, n_new greedy tokens, at K = 0 and (with an
  * MTP head) K = 1, 3, 6 with the MTP's own drafts and with drafts failing at the second position. */
 static void run_graph_cases(qrt_model *m, const qrt_st_set *ref, const char *model, int n, int n_new) {
-    const qrt_st_tensor *pt = need(ref, "gen_prompt_long", QRT_DT_I32);
+    const qrt_st_tensor *pt = ref_tensor(ref, "gen_prompt_long", QRT_DT_I32);
     if (!pt) return;
     int32_t *prompt = malloc(sizeof(int32_t) * n), *plain = malloc(sizeof(int32_t) * n_new);
     int32_t *got = malloc(sizeof(int32_t) * n_new);
@@ -187,8 +173,7 @@ static void run_graph_cases(qrt_model *m, const qrt_st_set *ref, const char *mod
     qrt_graph_stats gs;
     /* the reference: plain launches, no speculation */
     if (!generate_with(m, prompt, n, n_new, 0, NULL, 0, max_ctx, plain, &gs) || gs.replays || gs.graphs) {
-        printf("FAIL %-10s graphs: the plain run (graphs off) replayed %lld graphs\n", model, (long long)gs.replays);
-        failures++;
+        CHECK(0, "%s graphs: the plain run (graphs off) failed or replayed %lld graphs", model, (long long)gs.replays);
         goto out;
     }
     for (int i = 0; i < 4; i++) {
@@ -206,18 +191,16 @@ static void run_graph_cases(qrt_model *m, const qrt_st_set *ref, const char *mod
                 int first_bad = -1;
                 for (int t = 0; t < n_new && first_bad < 0; t++)
                     if (got[t] != plain[t]) first_bad = t;
-                if (first_bad >= 0 || (graphs && !gs.replays) || (!graphs && gs.replays)) {
-                    printf("FAIL %-10s prompt %d, K=%d drafts %d, graphs %s: token %d is %d, plain decoding has %d "
-                           "(%lld replays, %lld recordings)\n", model, n, K, brk, graphs ? "on" : "off", first_bad,
-                           first_bad >= 0 ? got[first_bad] : 0, first_bad >= 0 ? plain[first_bad] : 0,
-                           (long long)gs.replays, (long long)gs.records);
-                    bad++;
-                }
+                const int same = first_bad < 0 && !gs.replays == !graphs;
+                CHECK(same, "%s prompt %d, K=%d drafts %d, graphs %s: token %d is %d, plain decoding has %d (%lld replays, "
+                      "%lld recordings)", model, n, K, brk, graphs ? "on" : "off", first_bad,
+                      first_bad >= 0 ? got[first_bad] : 0, first_bad >= 0 ? plain[first_bad] : 0, (long long)gs.replays,
+                      (long long)gs.records);
+                bad += !same;
                 if (graphs) replays += gs.replays;
             }
         }
     }
-    failures += bad;
     if (!bad)
         printf("ok   %-10s graphs: prompt %d + %d tokens, %d runs (K=0%s, graphs on/off) equal plain decoding, %lld "
                "replays\n", model, n, n_new, runs, m->mtp.present ? ",1,3,6, own/failing drafts" : "",
@@ -234,8 +217,7 @@ out:
 static void run_nvfp4_case(const char *data_dir, int device) {
     char src[1024], tmpl[] = "/tmp/qwenrt-nvfp4-XXXXXX", out[1100], refpath[1100];
     if (!mkdtemp(tmpl)) {
-        printf("FAIL nvfp4: cannot make a scratch folder under /tmp\n");
-        failures++;
+        CHECK(0, "nvfp4: cannot make a scratch folder under /tmp");
         return;
     }
     snprintf(src, sizeof src, "%s/tiny-mm", data_dir);
@@ -247,16 +229,12 @@ static void run_nvfp4_case(const char *data_dir, int device) {
     qrt_st_set ref = {0};
     if (qrt_tool_quantize(4, qargv) != 0 || qrt_model_load(out, &opts, &m) != QRT_OK ||
         qrt_st_add_file(&ref, refpath) != QRT_OK) {
-        printf("FAIL nvfp4: %s\n", qrt_last_error());
-        failures++;
+        CHECK(0, "nvfp4: %s", qrt_last_error());
         qrt_model_free(m);
         return;
     }
-    if (device == QRT_DEVICE_CUDA && !m->layers[0].mlp_in.paired) {
-        printf("FAIL nvfp4: the MLP's gate|up was not paired on the GPU\n");
-        failures++;
-    }
-    const qrt_st_tensor *p = need(&ref, "prompt", QRT_DT_I32), *L = need(&ref, "logits", QRT_DT_F32);
+    CHECK(device != QRT_DEVICE_CUDA || m->layers[0].mlp_in.paired, "nvfp4: the MLP's gate|up was not paired on the GPU");
+    const qrt_st_tensor *p = ref_tensor(&ref, "prompt", QRT_DT_I32), *L = ref_tensor(&ref, "logits", QRT_DT_F32);
     qrt_session *s = NULL;
     const int n = p ? (int)p->shape[0] : 0, V = qrt_model_vocab(m);
     int32_t *rows = calloc((size_t)n + 1, sizeof *rows);
@@ -264,8 +242,7 @@ static void run_nvfp4_case(const char *data_dir, int device) {
     for (int i = 0; i < n; i++) rows[i] = i;
     if (!p || !L || qrt_session_new(m, n, &s) != QRT_OK ||
         qrt_forward(s, (const int32_t *)p->data, n, rows, n, logits) != QRT_OK) {
-        printf("FAIL nvfp4 forward: %s\n", qrt_last_error());
-        failures++;
+        CHECK(0, "nvfp4 forward: %s", qrt_last_error());
     } else {
         const double tol = 2e-4;
         double worst = 0;
@@ -282,10 +259,11 @@ static void run_nvfp4_case(const char *data_dir, int device) {
             else bad++;
         }
         const int ok = worst < tol && !bad;
-        failures += !ok;
+        CHECK(ok, "tiny-mm nvfp4: logits max|diff| vs HF %.2e (tolerance %.0e), argmax wrong at %d positions", worst, tol,
+              bad);
         printf("%s tiny-mm    nvfp4 (quantized here): logits max|diff| vs HF %.2e over %d positions (tolerance %.0e); "
                "argmax equal at %d, within the gap at %d, wrong at %d\n",
-               ok ? "ok  " : "FAIL", worst, n, tol, argmax_ok, argmax_close, bad);
+               ok ? "ok  " : "    ", worst, n, tol, argmax_ok, argmax_close, bad);
     }
     qrt_session_free(s);
     free(rows), free(logits);
@@ -311,8 +289,7 @@ static void run_kv_cases(const char *data_dir) {
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
         if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-            printf("FAIL %s: %s\n", names[i], qrt_last_error());
-            failures++;
+            CHECK(0, "%s: %s", names[i], qrt_last_error());
         } else {
             run_graph_cases(m, &ref, names[i], 130, 200);
             run_graph_cases(m, &ref, names[i], 1000, 60);
@@ -341,8 +318,7 @@ int main(int argc, char **argv) {
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
         if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-            printf("FAIL %s: %s\n", models[i], qrt_last_error());
-            failures++;
+            CHECK(0, "%s: %s", models[i], qrt_last_error());
         } else {
             run_case(m, &ref, models[i], "long");
             run_case(m, &ref, models[i], "short");
@@ -359,6 +335,5 @@ int main(int argc, char **argv) {
     }
     if (device == QRT_DEVICE_CUDA) run_kv_cases(argv[1]);
     run_nvfp4_case(argv[1], device);
-    printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return test_exit("cuda_model");
 }

@@ -14,21 +14,17 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "io/dtype.h"
+#include "test_util.h"
+#include "util/mix64.h"
 
 #define GUARD 64
 static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
 static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
 
 static const qrt_backend *cpu, *gpu;
-static int failures = 0, checks = 0;
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 static float urand(uint64_t seed, size_t i, float lo, float hi) {
-    return lo + (hi - lo) * (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+    return lo + (hi - lo) * (float)(qrt_mix64(seed * QRT_MIX64_STEP + i) >> 40) * (1.0f / 16777216.0f);
 }
 /* n random floats in [lo, hi), host memory */
 static float *host_rand(size_t n, uint64_t seed, float lo, float hi) {
@@ -67,7 +63,6 @@ static float *download(const float *d, size_t n) {
 static float *check_dev(const char *what, const float *d, const double *refd, const float *reff, size_t n,
                         double tol) {
     float *h = download(d, n);
-    checks++;
     size_t bad = n, guard_bad = GUARD;
     double num = 0, den = 0, maxabs = 0;
     for (size_t i = 0; i < n; i++) {
@@ -84,31 +79,20 @@ static float *check_dev(const char *what, const float *d, const double *refd, co
         if (u != SENTINEL && guard_bad == GUARD) guard_bad = (size_t)i;
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    int ok = bad == n && guard_bad == GUARD && rel <= tol;
-    if (!ok) {
-        failures++;
-        printf("FAIL %-58s rel %.3g (tol %.1g) max|e| %.3g", what, rel, tol, maxabs);
-        if (bad != n) printf(" non-finite at %zu", bad);
-        if (guard_bad != GUARD) printf(" guard overwritten at +%zu", guard_bad);
-        printf("\n");
-    } else {
-        printf("ok   %-58s rel %.3g\n", what, rel);
-    }
+    const int ok = bad == n && guard_bad == GUARD && rel <= tol;
+    CHECK(ok, "%s: rel %.3g (tol %.1g) max|e| %.3g, first non-finite at %lld, guard overwritten at +%lld (-1: none)",
+          what, rel, tol, maxabs, bad == n ? -1LL : (long long)bad, guard_bad == GUARD ? -1LL : (long long)guard_bad);
+    if (ok) printf("ok   %-58s rel %.3g\n", what, rel);
     return h;
 }
 static void check(const char *what, const float *d, const float *ref, size_t n, double tol) {
     free(check_dev(what, d, NULL, ref, n, tol));
 }
 static void expect_same_bits(const char *what, const float *a, const float *b, size_t n) {
-    checks++;
-    if (memcmp(a, b, sizeof(float) * n)) {
-        size_t i = 0;
-        while (i < n && !memcmp(&a[i], &b[i], 4)) i++;
-        failures++;
-        printf("FAIL %-58s differs at %zu: %.9g vs %.9g\n", what, i, a[i], b[i]);
-    } else {
-        printf("ok   %-58s bit-identical\n", what);
-    }
+    size_t i = 0;
+    while (i < n && !memcmp(&a[i], &b[i], 4)) i++;
+    CHECK(i == n, "%s differs at %zu: %.9g vs %.9g", what, i, a[i], b[i]);
+    if (i == n) printf("ok   %-58s bit-identical\n", what);
 }
 
 /* ---- dense matmul ---------------------------------------------------------------------------------- */
@@ -123,7 +107,7 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
     for (int64_t i = 0; i < N * K; i++) {
         float v = urand(seed, (size_t)i, -1.0f, 1.0f);
         if (fmt == QRT_WF_FP8B) {
-            uint8_t b = (uint8_t)(mix64(seed * 31 + (uint64_t)i) >> 24);
+            uint8_t b = (uint8_t)(qrt_mix64(seed * 31 + (uint64_t)i) >> 24);
             wh[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b ^ 1) : b;
         } else if (fmt == QRT_WF_F32) memcpy(wh + 4 * i, &v, 4);
         else if (fmt == QRT_WF_BF16) {
@@ -144,8 +128,7 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
     qrt_linear wc = {.fmt = fmt, .n = N, .k = K, .data = wh, .scales = sh, .name = "test"};
     qrt_linear wg = wc;
     if (gpu->prepare_linear(&wg) != QRT_OK) {
-        printf("FAIL prepare_linear: %s\n", qrt_last_error());
-        failures++;
+        CHECK(0, "prepare_linear: %s", qrt_last_error());
         free(wh), free(sh);
         return;
     }
@@ -197,19 +180,18 @@ static const float e2m1_values[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f
 static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
     uint8_t *codes = malloc((size_t)N * K / 2), *scales = malloc((size_t)N * K / 16);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)mix64(seed * 7 + (uint64_t)i);
+    for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)qrt_mix64(seed * 7 + (uint64_t)i);
     /* e4m3 scales in [2^-3, 2^3], either sign never negative (real checkpoints), no NaN */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * K / 16; i++) {
-        uint64_t r = mix64(seed * 13 + (uint64_t)i);
+        uint64_t r = qrt_mix64(seed * 13 + (uint64_t)i);
         scales[i] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
     }
     const float scale2 = 0.0123f;
     qrt_linear wg = {.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales, .scale2 = scale2,
                      .name = "nvfp4 test"};
     if (gpu->prepare_linear(&wg) != QRT_OK) {
-        printf("FAIL prepare_linear nvfp4: %s\n", qrt_last_error());
-        failures++;
+        CHECK(0, "prepare_linear nvfp4: %s", qrt_last_error());
         return;
     }
     int Tmax = 0;
@@ -282,9 +264,9 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
 static qrt_linear nvfp4_test_part(int64_t N, int64_t K, uint64_t seed, int i, const char *name) {
     const size_t elems = (size_t)N * (size_t)K;
     uint8_t *codes = malloc(elems / 2), *scales = malloc(elems / 16);
-    for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)mix64(seed * 7 + (uint64_t)i * 1000003u + j);
+    for (size_t j = 0; j < elems / 2; j++) codes[j] = (uint8_t)qrt_mix64(seed * 7 + (uint64_t)i * 1000003u + j);
     for (size_t j = 0; j < elems / 16; j++) {
-        const uint64_t r = mix64(seed * 13 + (uint64_t)i * 1000003u + j);
+        const uint64_t r = qrt_mix64(seed * 13 + (uint64_t)i * 1000003u + j);
         scales[j] = (uint8_t)(((4 + r % 7) << 3) | ((r >> 8) & 7));
     }
     return (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales,
@@ -295,15 +277,13 @@ static qrt_linear nvfp4_test_part(int64_t N, int64_t K, uint64_t seed, int i, co
 static int prepare_copies(const qrt_linear *h, qrt_linear *alone, qrt_linear *grouped, const char *what) {
     *alone = *grouped = *h;
     if (gpu->prepare_linear(alone) == QRT_OK && gpu->prepare_linear(grouped) == QRT_OK) return 1;
-    printf("FAIL prepare_linear %s: %s\n", what, qrt_last_error());
-    failures++;
+    CHECK(0, "prepare_linear %s: %s", what, qrt_last_error());
     return 0;
 }
 /* The same group prepared on the CPU (hg, host parts) and the GPU (g), or a failure counted: 0. */
 static int prepare_groups(qrt_linear_group *hg, qrt_linear_group *g, const char *what) {
     if (cpu->prepare_group(hg) == QRT_OK && gpu->prepare_group(g) == QRT_OK) return 1;
-    printf("FAIL prepare_group (%s): %s\n", what, qrt_last_error());
-    failures++;
+    CHECK(0, "prepare_group (%s): %s", what, qrt_last_error());
     return 0;
 }
 
@@ -335,12 +315,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
     for (int i = 0; i < n; i++) hg.part[i] = &host[i], g.part[i] = &grouped[i];
     if (!prepare_groups(&hg, &g, "group")) return;
     const int fused_expected = n - __builtin_popcount(bf16_mask) >= 2;
-    checks++;
-    if (!!g.fused != fused_expected) {
-        failures++;
-        printf("FAIL group %s: fused is %s, expected %s\n", shape, g.fused ? "set" : "NULL",
-               fused_expected ? "set" : "NULL");
-    }
+    CHECK(!!g.fused == fused_expected, "group %s: fused is %s, expected %s", shape, g.fused ? "set" : "NULL",
+          fused_expected ? "set" : "NULL");
     for (int ti = 0; ti < nT; ti++) {
         const int T = Ts[ti];
         float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
@@ -392,9 +368,7 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed
     }
     qrt_linear_group hg = {2, {&host[0], &host[1]}, NULL, 1, 0}, g = {2, {&paired[0], &paired[1]}, NULL, 1, 0};
     if (!prepare_groups(&hg, &g, "pair")) return;
-    checks++;
-    if (!g.paired) failures++, printf("FAIL pair N=%lld K=%lld: prepare_group did not pair gate|up\n", (long long)N,
-                                      (long long)K);
+    CHECK(g.paired, "pair N=%lld K=%lld: prepare_group did not pair gate|up", (long long)N, (long long)K);
     for (int ti = 0; ti < nT && g.paired; ti++) {
         const int T = Ts[ti];
         const size_t len = (size_t)T * N;
@@ -601,7 +575,6 @@ static void check_cache_piece(const char *what, int fmt, const void *dev, const 
     const size_t bytes = rows * Dh * qrt_kv_elem_bytes(fmt);
     uint8_t *back = malloc(bytes + 4 * GUARD);
     gpu->download(back, dev, bytes + 4 * GUARD);
-    checks++;
     int guard_ok = 1;
     for (int i = 0; i < GUARD; i++) guard_ok &= !memcmp(back + bytes + 4 * i, &SENTINEL, 4);
     double num = 0, den = 0;
@@ -614,13 +587,10 @@ static void check_cache_piece(const char *what, int fmt, const void *dev, const 
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     const int same = !memcmp(back, host, bytes);
-    if (!guard_ok || bad != SIZE_MAX || (exact ? !same : rel > tol)) {
-        failures++;
-        printf("FAIL %-58s %s rel %.3g%s%s\n", what, exact && !same ? "bytes differ," : "", rel,
-               bad != SIZE_MAX ? " non-finite" : "", guard_ok ? "" : " guard overwritten");
-    } else {
-        printf("ok   %-58s %s rel %.3g\n", what, same ? "byte-identical," : "", rel);
-    }
+    const int ok = guard_ok && bad == SIZE_MAX && (exact ? same : rel <= tol);
+    CHECK(ok, "%s: %s rel %.3g%s%s", what, exact && !same ? "bytes differ," : "", rel,
+          bad != SIZE_MAX ? " non-finite" : "", guard_ok ? "" : " guard overwritten");
+    if (ok) printf("ok   %-58s %s rel %.3g\n", what, same ? "byte-identical," : "", rel);
     free(back);
 }
 
@@ -769,17 +739,11 @@ static void test_argmax(int rows, int n, uint64_t seed) {
     for (int r = 0; r < rows && bad < 0; r++)
         if (got[r] != ref[r]) bad = r;
     for (int i = 0; i < GUARD; i++) guard_ok &= !memcmp(&got[rows + i], &SENTINEL, 4);
-    checks++;
-    if (bad >= 0 || !guard_ok || alone != got[rows - 1]) {
-        failures++;
-        printf("FAIL argmax rows=%d n=%d:", rows, n);
-        if (bad >= 0) printf(" row %d picks %d, the CPU %d", bad, got[bad], ref[bad]);
-        if (!guard_ok) printf(" guard overwritten");
-        if (alone != got[rows - 1]) printf(" last row alone picks %d, in the batch %d", alone, got[rows - 1]);
-        printf("\n");
-    } else {
-        printf("ok   argmax rows=%-3d n=%-48d identical\n", rows, n);
-    }
+    const int ok = bad < 0 && guard_ok && alone == got[rows - 1];
+    CHECK(ok, "argmax rows=%d n=%d: first differing row %d (picks %d, the CPU %d),%s last row alone picks %d, in the "
+          "batch %d", rows, n, bad, bad >= 0 ? got[bad] : -1, bad >= 0 ? ref[bad] : -1,
+          guard_ok ? "" : " guard overwritten,", alone, got[rows - 1]);
+    if (ok) printf("ok   argmax rows=%-3d n=%-48d identical\n", rows, n);
     free(x), free(ref), free(got), gpu->free(xd), gpu->free(od), gpu->free(o1d);
 }
 
@@ -790,13 +754,13 @@ static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
         float f = urand(seed, (size_t)i, -1, 1);
         if (fmt == QRT_WF_F32) memcpy(e + 4 * i, &f, 4);
         else {
-            uint16_t h = fmt == QRT_WF_BF16 ? qrt_f32_to_bf16(f) : (uint16_t)(0x3c00 | (mix64(i) & 0x3ff)); /* f16 1..2 */
+            uint16_t h = fmt == QRT_WF_BF16 ? qrt_f32_to_bf16(f) : (uint16_t)(0x3c00 | (qrt_mix64(i) & 0x3ff)); /* f16 1..2 */
             memcpy(e + 2 * i, &h, 2);
         }
     }
     qrt_linear ec = {.fmt = fmt, .n = V, .k = D, .data = e, .name = "embed"}, eg = ec;
     if (gpu->prepare_linear(&eg) != QRT_OK) {
-        failures++;
+        CHECK(0, "prepare_linear embed: %s", qrt_last_error());
         return;
     }
     enum { T = 9 };
@@ -869,9 +833,8 @@ int main(int argc, char **argv) {
 
     if (attention_only) {
         test_attention_cases();
-        printf("%s: %d of %d checks failed (%.1f s)\n", failures ? "FAIL" : "PASS", failures, checks,
-               (qrt_now_ms() - t0) / 1e3);
-        return failures ? 1 : 0;
+        printf("(%.1f s)\n", (qrt_now_ms() - t0) / 1e3);
+        return test_exit("cuda_ops");
     }
     const int Ts_small[] = {1, 2, 7, 16, 17, 64};
     const int Ts_real[] = {1, 7, 64};
@@ -989,7 +952,6 @@ int main(int argc, char **argv) {
     test_embed(QRT_WF_F32, 1000, 130, 133);
     test_embed(QRT_WF_BF16, 4096, 5120, 134);
 
-    printf("%s: %d of %d checks failed (%.1f s)\n", failures ? "FAIL" : "PASS", failures, checks,
-           (qrt_now_ms() - t0) / 1e3);
-    return failures ? 1 : 0;
+    printf("(%.1f s)\n", (qrt_now_ms() - t0) / 1e3);
+    return test_exit("cuda_ops");
 }

@@ -12,9 +12,10 @@
  * (a tie within f32 noise), in which case our pick must be one of the tied tokens. */
 #include <stdlib.h>
 
+#include "io/quant_encode.h"
 #include "model/model.h"
-#include "model/quant_encode.h"
 #include "test_util.h"
+#include "util/argmax.h"
 
 #define LOGIT_TOL 1e-4
 

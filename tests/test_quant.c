@@ -7,24 +7,14 @@
 #include <sys/stat.h>
 
 #include "backend/cpu/cpu_quant.h"
+#include "io/quant_encode.h"
 #include "io/st_writer.h"
 #include "model/model.h"
-#include "model/quant_encode.h"
+#include "test_util.h"
 #include "tools/tools.h"
+#include "util/argmax.h"
+#include "util/mix64.h"
 
-/* The CPU reference backend even in a CUDA build on a GPU machine. */
-static const qrt_load_opts test_cpu = {.device = QRT_DEVICE_CPU};
-
-static int failures;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
 
 static const char *data_dir, *scratch;
 
@@ -33,10 +23,7 @@ static uint64_t qhash(const uint8_t *b, uint64_t n) {
     uint64_t h = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t z = (uint64_t)b[i] | (i << 8);
-        z += 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        h += z ^ (z >> 31);
+        h += qrt_splitmix64(&z);
     }
     return h;
 }
@@ -73,7 +60,7 @@ static void test_encoders(void) {
 
 static void test_shapes(void) {
     json_t *info = load_json("shapes.json");
-    if (!info) return failures++, (void)0;
+    if (!info) return test_failures++, (void)0;
     qrt_checkpoint ck;
     memset(&ck, 0, sizeof ck);
     char dir[4096];
@@ -145,20 +132,14 @@ static int run_quantize(const char *in, const char *out, const char *fmt) {
     return qrt_tool_quantize(5, argv);
 }
 
-static const qrt_st_tensor *ref_tensor(const qrt_st_set *st, const char *name) {
-    const qrt_st_tensor *t = qrt_st_find(st, name);
-    if (!t) fprintf(stderr, "reference tensor '%s' missing\n", name);
-    return t;
-}
-
 /* Greedy continuation must equal HF's exactly. */
 static void check_greedy(qrt_model *m, const qrt_st_set *ref, const char *prompt_name, const char *gen_name,
                          const char *fmt) {
-    const qrt_st_tensor *p = ref_tensor(ref, prompt_name), *g = ref_tensor(ref, gen_name);
-    if (!p || !g) return failures++, (void)0;
+    const qrt_st_tensor *p = ref_tensor(ref, prompt_name, QRT_DT_I32), *g = ref_tensor(ref, gen_name, QRT_DT_I32);
+    if (!p || !g) return test_failures++, (void)0;
     const int n = (int)p->shape[0], n_new = (int)g->shape[0];
     qrt_session *s;
-    if (qrt_session_new(m, n + n_new, &s) != QRT_OK) return failures++, (void)0;
+    if (qrt_session_new(m, n + n_new, &s) != QRT_OK) return test_failures++, (void)0;
     int32_t *out = calloc((size_t)n_new, sizeof *out);
     qrt_gen_opts go = {.max_new = n_new, .stop_eos = 0};
     qrt_gen_stats gs;
@@ -181,7 +162,7 @@ static void test_end_to_end(const char *fmt) {
     snprintf(name, sizeof name, "tiny-mm-%s.json", fmt);
     json_t *info = load_json(name);
     qrt_st_set got;
-    if (!info || qrt_st_open_dir(&got, out) != QRT_OK) return failures++, (void)0;
+    if (!info || qrt_st_open_dir(&got, out) != QRT_OK) return test_failures++, (void)0;
     const char *key;
     json_t *h;
     int n_hashes = 0;
@@ -208,9 +189,9 @@ static void test_end_to_end(const char *fmt) {
     snprintf(refpath, sizeof refpath, "%s/quant/tiny-mm-%s.safetensors", data_dir, fmt);
     qrt_st_set ref;
     memset(&ref, 0, sizeof ref);
-    if (qrt_st_add_file(&ref, refpath) != QRT_OK) return qrt_model_free(m), failures++, (void)0;
+    if (qrt_st_add_file(&ref, refpath) != QRT_OK) return qrt_model_free(m), test_failures++, (void)0;
     /* logits after every prompt position, one forward call */
-    const qrt_st_tensor *p = ref_tensor(&ref, "prompt"), *L = ref_tensor(&ref, "logits");
+    const qrt_st_tensor *p = ref_tensor(&ref, "prompt", QRT_DT_I32), *L = ref_tensor(&ref, "logits", QRT_DT_F32);
     const int n = (int)p->shape[0], V = qrt_model_vocab(m);
     int32_t *rows = calloc((size_t)n, sizeof *rows);
     float *logits = calloc((size_t)n * V, sizeof *logits);
@@ -499,7 +480,5 @@ int main(int argc, char **argv) {
     test_modelopt();
     test_bad_input();
     test_mtp_sidecar();
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("all quantization tests passed\n");
-    return failures ? 1 : 0;
+    return test_exit("quant");
 }

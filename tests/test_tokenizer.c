@@ -11,23 +11,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "test_util.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "util/common.h"
-
-static int failures, checks;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            if (++failures <= 30) {                              \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                    \
-                fputc('\n', stderr);                             \
-            }                                                    \
-        }                                                        \
-    } while (0)
 
 static char dir[2048];
 
@@ -115,7 +102,7 @@ static void test_encode(const char *tok_name, const char *file, json_t *cases, i
         int same = n == json_array_size(want);
         for (size_t k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(want, k));
         CHECK(same, "%s case %zu: ids differ from HF for \"%.80s\"", tok_name, i, text);
-        if (!same && failures <= 30) {
+        if (!same && test_failures <= TEST_SHOWN_FAILURES) {
             int32_t *w = malloc(json_array_size(want) * sizeof *w + 1);
             for (size_t k = 0; k < json_array_size(want); k++) w[k] = (int32_t)json_integer_value(json_array_get(want, k));
             print_ids("qwenrt", ids, n), print_ids("HF    ", w, json_array_size(want));
@@ -347,7 +334,7 @@ static void test_chat(json_t *doc) {
         int same = st == QRT_OK && !strcmp(out, want);
         CHECK(same, "chat case %zu (%s, %s): %s", i, json_string_value(json_object_get(c, "name")), dialect,
               st == QRT_OK ? "output differs" : qrt_last_error());
-        if (!same && out && failures <= 3) fprintf(stderr, "--- got\n%s\n--- want\n%s\n---\n", out, want);
+        if (!same && out && test_failures <= 3) fprintf(stderr, "--- got\n%s\n--- want\n%s\n---\n", out, want);
         ok += same;
         free(out), free(msgs), free(tools_text);
     }
@@ -398,6 +385,5 @@ int main(int argc, char **argv) {
     json_t *chat = load_json("chat_cases.json");
     test_chat(chat);
     json_decref(chat);
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return test_exit("tokenizer");
 }

@@ -8,6 +8,7 @@
 
 #include "tools/tools.h"
 #include "util/common.h"
+#include "util/mix64.h"
 
 char *qrt_cli_read_all(FILE *f, size_t *len) {
     size_t cap = 1 << 16, n = 0, got;
@@ -51,8 +52,6 @@ uint64_t qrt_cli_random_seed(uint64_t max) {
     clock_gettime(CLOCK_REALTIME, &ts);
     /* splitmix64 of time and pid: two runs started in the same second still differ */
     uint64_t z = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    z = qrt_mix64(z);
     return max == UINT64_MAX ? z : z % (max + 1);
 }

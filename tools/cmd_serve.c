@@ -159,7 +159,7 @@ int qrt_cmd_serve(int argc, char **argv) {
     if (a.help) return fputs(usage_serve, stdout), 0;
     qrt_serve_opts o = {.host = a.host, .port = a.port, .max_body = a.max_body, .shutdown_grace = a.shutdown_grace,
                         .aliases = a.aliases, .n_aliases = a.n_aliases,
-                        .engine = {.model_dir = a.model, .mtp_dir = a.mtp, .threads = a.threads, .device = a.device,
+                        .worker = {.model_dir = a.model, .mtp_dir = a.mtp, .threads = a.threads, .device = a.device,
                                    .ctx = a.ctx, .spec_k = a.spec_k, .prefix_reuse = !a.no_reuse,
                                    .queue_max = a.queue, .dialect = a.dialect}};
     return qrt_serve(&o);

@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "server/output.h"
 #include "tools/tools.h"
+#include "util/argmax.h"
 
 static const char *usage_main =
     "qwenrt: a C runtime for Qwen3.5/3.6 hybrid models (Gated DeltaNet + gated attention)\n"

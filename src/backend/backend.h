@@ -5,7 +5,10 @@
  * as a graph and replay it (the graph_* hooks at the end; CUDA graphs on the GPU, none on the CPU). */
 #ifndef QRT_BACKEND_H
 #define QRT_BACKEND_H
-#include "model/weights.h"
+#include <stddef.h>
+
+#include "backend/linear.h"
+#include "qwenrt.h"
 
 /* One attention layer's KV cache in backend memory. k and v hold C·Hkv·Dh elements of fmt (f32, bf16 or
  * e4m3); for QRT_KV_FP8, ks and vs hold one f32 scale per (position, kv head): x ≈ e4m3 · scale. */
@@ -114,6 +117,9 @@ typedef struct qrt_backend {
      * scratch buffer reallocated): graphs recorded under another value must not be launched. */
     unsigned (*graph_epoch)(void);
 } qrt_backend;
+
+/* argmax's answer for a row whose logits hold a NaN or an infinity: no token is right then. */
+#define QRT_PICK_NONFINITE (-1)
 
 /* Most token ids a recorded forward reads from the step slot (decode T = 1, a verify T = K + 1 ≤ 17). */
 #define QRT_GRAPH_MAX_T 32

@@ -3,6 +3,7 @@
 
 #include "engine/spec.h"
 #include "model/model.h"
+#include "util/argmax.h"
 
 static int is_eos(const qrt_config *c, int32_t id) {
     for (int i = 0; i < c->n_eos; i++)

@@ -6,19 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/argmax.h"
 #include "util/common.h"
+#include "util/mix64.h"
 
-void qrt_rng_seed(qrt_rng *r, uint64_t seed) { r->state = seed ^ 0x9e3779b97f4a7c15ull; }
+void qrt_rng_seed(qrt_rng *r, uint64_t seed) { r->state = seed ^ QRT_MIX64_STEP; }
 
 /* splitmix64: small, fast, and good enough for sampling */
-static uint64_t next_u64(qrt_rng *r) {
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double qrt_rng_uniform(qrt_rng *r) { return (double)(next_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
+double qrt_rng_uniform(qrt_rng *r) { return (double)(qrt_splitmix64(&r->state) >> 11) * (1.0 / 9007199254740992.0); }
 
 int qrt_sampling_greedy(const qrt_sampling *sp) { return !sp || sp->temperature <= 0; }
 
@@ -145,20 +140,7 @@ int32_t qrt_choose(qrt_chooser *ch, const float *logits) {
     return id;
 }
 
-int qrt_all_finite(const float *x, size_t n) {
-    int ok = 1;
-    for (size_t i = 0; i < n; i++) ok &= isfinite(x[i]) != 0; /* no early exit: the loop vectorizes */
-    return ok;
-}
-
 qrt_status qrt_fail_nonfinite(int32_t pos, const char *who) {
     return qrt_fail(QRT_ERR_NONFINITE, "non-finite logits%s at position %d: the weights or a kernel produced NaN; "
                     "run `qwenrt inspect --check DIR` on the checkpoint folder", who, pos);
-}
-
-int32_t qrt_argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "util/argmax.h"
+
 qrt_status qrt_spec_init(qrt_spec *sp, qrt_session *s, int K, const qrt_gen_opts *opts, qrt_gen_stats *stats) {
     memset(sp, 0, sizeof *sp);
     if (!s->m->mtp.present)

@@ -198,7 +198,7 @@ typedef struct {
 
 void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 
-/* Building a model without a checkpoint (synthetic.c shares these with qrt_model_load). */
+/* Building a model without a checkpoint (tools/synthetic.c shares these with qrt_model_load). */
 /* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
 /* Floats of every f32 vector the model keeps (norms, conv taps, GDN scalars), main layers and MTP head. */
@@ -207,18 +207,6 @@ size_t qrt_model_vector_floats(const qrt_model *m);
  * allocated with floats) and rebase every vector pointer onto it. */
 void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats);
 
-/* A model of a preset shape with random weights made in memory (no files): for benchmarks, where weights
- * only need the right shapes, formats and sane magnitudes. preset: "tiny" or "qwen3.6-27b"; format: "bf16",
- * "nvfp4" (every linear NVFP4: attention, MLP, GDN projections, lm_head, MTP; the embedding stays BF16) or
- * "fp8" (FP8 block-128 linears). With mtp, an MTP head. opts as for qrt_model_load. */
-qrt_status qrt_model_synthetic(const char *preset, const char *format, int mtp, const qrt_load_opts *opts,
-                               qrt_model **out);
-/* Fill cfg with a preset's shape; QRT_ERR_ARG naming the presets when preset is unknown. */
-qrt_status qrt_config_preset(const char *preset, qrt_config *cfg);
-int32_t qrt_argmax(const float *x, int32_t n); /* first index of the largest value */
-/* A greedy pick (backend argmax) of a row whose logits hold a NaN or an infinity: no token is right then. */
-#define QRT_PICK_NONFINITE (-1)
-int qrt_all_finite(const float *x, size_t n); /* 1 when no value is NaN or ±Inf */
 /* Fail with QRT_ERR_NONFINITE for the logits after the token at position pos; who: "" or " of the MTP head". */
 qrt_status qrt_fail_nonfinite(int32_t pos, const char *who);
 #endif

@@ -16,7 +16,7 @@
 #include "server/server.h"
 
 typedef struct {
-    qrt_engine *engine;
+    qrt_worker *worker;
     qrt_metrics *metrics;
     size_t max_body;
     const char *const *aliases;
@@ -83,7 +83,7 @@ static enum MHD_Result send_bad_request(server *sv, struct MHD_Connection *c, co
 
 /* The "model" a request names must be the served id or one of its --alias names (absent: the served one). */
 static int model_known(const server *sv, const char *name) {
-    if (!name || !strcmp(name, qrt_engine_model_name(sv->engine))) return 1;
+    if (!name || !strcmp(name, qrt_worker_model_name(sv->worker))) return 1;
     for (int i = 0; i < sv->n_aliases; i++)
         if (!strcmp(name, sv->aliases[i])) return 1;
     return 0;
@@ -155,17 +155,17 @@ static enum MHD_Result generate(server *sv, struct MHD_Connection *c, request *r
     qrt_oa_kind kind = !strcmp(rq->route, "/v1/chat/completions") ? QRT_OA_CHAT : QRT_OA_COMPLETION;
     qrt_oa_request req;
     char err[1024];
-    if (!qrt_oa_parse(kind, rq->body.p ? rq->body.p : "", rq->body.n, qrt_engine_dialect(sv->engine),
-                      qrt_engine_vocab(sv->engine), &req, err, sizeof err))
+    if (!qrt_oa_parse(kind, rq->body.p ? rq->body.p : "", rq->body.n, qrt_worker_dialect(sv->worker),
+                      qrt_worker_vocab(sv->worker), &req, err, sizeof err))
         return send_bad_request(sv, c, rq->route, err);
     if (!model_known(sv, req.model)) {
         snprintf(err, sizeof err, "the model '%.200s' does not exist; this server serves '%.200s' (GET /v1/models "
-                 "lists its names)", req.model, qrt_engine_model_name(sv->engine));
+                 "lists its names)", req.model, qrt_worker_model_name(sv->worker));
         qrt_oa_request_free(&req);
         return send_error_param(sv, c, rq->route, 404, "model_not_found", "model", err);
     }
     int status;
-    qrt_job *job = qrt_engine_submit(sv->engine, &req, &status, err, sizeof err);
+    qrt_job *job = qrt_worker_submit(sv->worker, &req, &status, err, sizeof err);
     qrt_oa_request_free(&req); /* what submit did not take */
     if (!job)
         return send_error(sv, c, rq->route, status, status == 503 ? "server_busy" : "invalid_request", err);
@@ -183,7 +183,7 @@ static enum MHD_Result models(server *sv, struct MHD_Connection *c) {
     json_t *data = json_array();
     for (int i = -1; i < sv->n_aliases; i++)
         json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s}", "id",
-                                              i < 0 ? qrt_engine_model_name(sv->engine) : sv->aliases[i], "object",
+                                              i < 0 ? qrt_worker_model_name(sv->worker) : sv->aliases[i], "object",
                                               "model", "created", (json_int_t)time(NULL), "owned_by", "qwenrt"));
     json_t *j = json_pack("{s:s, s:o}", "object", "list", "data", data);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -326,7 +326,7 @@ int qrt_serve(const qrt_serve_opts *o) {
 
     server sv = {.metrics = qrt_metrics_new(), .max_body = o->max_body, .aliases = o->aliases,
                  .n_aliases = o->n_aliases};
-    if (!sv.metrics || !(sv.engine = qrt_engine_new(&o->engine, sv.metrics))) {
+    if (!sv.metrics || !(sv.worker = qrt_worker_new(&o->worker, sv.metrics))) {
         qrt_metrics_free(sv.metrics);
         return 1;
     }
@@ -334,31 +334,31 @@ int qrt_serve(const qrt_serve_opts *o) {
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | family_flags,
         (uint16_t)o->port, NULL,
         NULL, handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, request_done,
-        &sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->engine.queue_max + 64), MHD_OPTION_CONNECTION_TIMEOUT,
+        &sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->worker.queue_max + 64), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)600, MHD_OPTION_END);
     if (!d) {
         char endpoint[INET6_ADDRSTRLEN + 16];
         format_endpoint(&addr, (unsigned)o->port, endpoint, sizeof endpoint);
         fprintf(stderr, "qwenrt serve: cannot listen on %s (in use, or not an address of this machine); pick "
                 "another --port or --host\n", endpoint);
-        qrt_engine_free(sv.engine);
+        qrt_worker_free(sv.worker);
         qrt_metrics_free(sv.metrics);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char endpoint[INET6_ADDRSTRLEN + 16];
     format_endpoint(&addr, info ? (unsigned)info->port : (unsigned)o->port, endpoint, sizeof endpoint);
-    fprintf(stderr, "qwenrt serve: model %s, listening on http://%s\n", qrt_engine_model_name(sv.engine), endpoint);
+    fprintf(stderr, "qwenrt serve: model %s, listening on http://%s\n", qrt_worker_model_name(sv.worker), endpoint);
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "qwenrt serve: %s, stopping (in-flight requests have %g s to finish)\n",
             sig == SIGINT ? "interrupted" : "terminated", o->shutdown_grace);
     fflush(stderr);
-    qrt_engine_drain(sv.engine, o->shutdown_grace);
-    qrt_engine_stop(sv.engine); /* wakes every connection thread, so the daemon can join them */
+    qrt_worker_drain(sv.worker, o->shutdown_grace);
+    qrt_worker_stop(sv.worker); /* wakes every connection thread, so the daemon can join them */
     MHD_stop_daemon(d);
-    qrt_engine_free(sv.engine);
+    qrt_worker_free(sv.worker);
     qrt_metrics_free(sv.metrics);
     return 0;
 }

@@ -1,14 +1,14 @@
-/* `qwenrt serve`: the OpenAI-compatible HTTP server (http.c) over the engine (engine.c). */
+/* `qwenrt serve`: the OpenAI-compatible HTTP server (http.c) over the model worker (worker.c). */
 #ifndef QRT_SERVER_H
 #define QRT_SERVER_H
 
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "server/engine.h"
+#include "server/worker.h"
 
 typedef struct {
-    qrt_engine_opts engine;
+    qrt_worker_opts worker;
     const char *host; /* an IPv4 or IPv6 address ("[::1]" too) or a host name, to bind */
     int port;         /* 0: any free port (printed) */
     size_t max_body;  /* bytes; larger request bodies get 413 */

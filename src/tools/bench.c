@@ -19,6 +19,7 @@
 #include "tokenizer/chat.h"
 #include "tools/membw.h"
 #include "tools/opprof.h"
+#include "tools/synthetic.h"
 #include "tools/tools.h"
 
 static const char *usage =

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "util/common.h"
+
 static const qrt_backend *real;
 static qrt_backend timed;
 static int recording, on_cuda;
@@ -18,7 +20,7 @@ const char *qrt_opcat_name(int cat) { return cat >= 0 && cat < QRT_OPCAT_COUNT ?
 static void begin(void) {
 #ifdef QRT_HAVE_CUDA
     if (on_cuda) {
-        qrt_cuda_optimer_begin();
+        qrt_opprof_cuda_begin();
         return;
     }
 #endif
@@ -27,7 +29,7 @@ static void begin(void) {
 
 static void end(int cat, uint64_t bytes) {
 #ifdef QRT_HAVE_CUDA
-    if (on_cuda) qrt_cuda_optimer_end(cat);
+    if (on_cuda) qrt_opprof_cuda_end(cat);
     else
 #endif
         totals.ms[cat] += qrt_now_ms() - host_t0;
@@ -130,7 +132,7 @@ void qrt_opprof_start(void) {
 void qrt_opprof_stop(qrt_opprof_result *r) {
     recording = 0;
 #ifdef QRT_HAVE_CUDA
-    if (on_cuda) qrt_cuda_optimer_collect(totals.ms);
+    if (on_cuda) qrt_opprof_cuda_collect(totals.ms);
 #endif
     *r = totals;
 }

@@ -32,10 +32,10 @@ void qrt_opprof_start(void);
 void qrt_opprof_stop(qrt_opprof_result *r);
 
 #ifdef QRT_HAVE_CUDA
-/* CUDA event timing (optimer.cu): begin before an op, end(cat) after it; collect waits for the GPU and adds
+/* CUDA event timing (opprof_cuda.cu): begin before an op, end(cat) after it; collect waits for the GPU and adds
  * every pair's elapsed time to ms[cat]. Events come from a fixed pool, recycled by collecting when full. */
-void qrt_cuda_optimer_begin(void);
-void qrt_cuda_optimer_end(int cat);
-void qrt_cuda_optimer_collect(double *ms /* [QRT_OPCAT_COUNT] */);
+void qrt_opprof_cuda_begin(void);
+void qrt_opprof_cuda_end(int cat);
+void qrt_opprof_cuda_collect(double *ms /* [QRT_OPCAT_COUNT] */);
 #endif
 #endif

@@ -13,9 +13,9 @@
 
 #include "backend/backend.h"
 #include "io/quant_config.h"
+#include "io/quant_encode.h"
 #include "io/safetensors.h"
 #include "io/st_writer.h"
-#include "model/quant_encode.h"
 #include "tools/out_dir.h"
 #include "tools/quant_writer.h"
 #include "tools/tools.h"

@@ -8,11 +8,12 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/quant_encode.h"
+#include "io/quant_encode.h"
 #include "tools/out_dir.h"
 #include "tools/quant_writer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/tools.h"
+#include "util/mix64.h"
 
 static const char *usage =
     "usage: qwenrt synth --preset tiny|qwen3.6-27b --format bf16|nvfp4|fp8 [--mtp] [--threads N] [--force] OUT\n"
@@ -49,13 +50,6 @@ typedef struct {
     int f32;      /* stored as F32 (A_log, dt_bias) rather than BF16 */
 } spec;
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t name_seed(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -67,7 +61,7 @@ static uint64_t name_seed(const char *s) {
 static void draw_row(const spec *sp, int64_t r, int64_t k, float *out) {
     uint64_t s = name_seed(sp->name) ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
     for (int64_t c = 0; c < k; c++) {
-        uint64_t z = splitmix(&s);
+        uint64_t z = qrt_splitmix64(&s);
         float u = 0;
         for (int j = 0; j < 4; j++) u += (float)((z >> (16 * j)) & 0xffff) / 65536.0f;
         float n = (u - 2.0f) * 1.7320508f; /* mean 0, variance 1 */

@@ -25,7 +25,9 @@
 
 #include "model/model.h"
 #include "tools/membw.h"
+#include "tools/synthetic.h"
 #include "tools/tools.h"
+#include "util/mix64.h"
 #ifdef QRT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "tools/tilebench.h"
@@ -212,12 +214,6 @@ static void shapes_of_config(tilebench *b) {
 
 /* ---- random weights ------------------------------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 typedef enum { FILL_BYTES, FILL_FP8, FILL_BF16 } fill_kind;
 
 /* words 64-bit words of finite values: any byte (E2M1 codes: every nibble is a number), e4m3 with exponents
@@ -225,7 +221,7 @@ typedef enum { FILL_BYTES, FILL_FP8, FILL_BF16 } fill_kind;
 static void fill_words(uint64_t *p, size_t words, fill_kind kind, uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < words; i++) {
-        uint64_t z = mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull);
+        uint64_t z = qrt_mix64(seed + (i + 1) * QRT_MIX64_STEP);
         if (kind == FILL_FP8) z = (z & 0x8080808080808080ull) | ((z & 0x1f1f1f1f1f1f1f1full) + 0x2020202020202020ull);
         else if (kind == FILL_BF16)
             z = (z & 0x807f807f807f807full) | ((((z >> 7) & 0x0007000700070007ull) << 7) + 0x3c003c003c003c00ull);
@@ -493,7 +489,7 @@ static int make_io(const tilebench *b, const tb_shape *s, int maxT, float **x, f
     *x = b->be->alloc(sizeof(float) * nx);
     *y = b->be->alloc(sizeof(float) * (size_t)maxT * (size_t)s->n);
     if (hx) {
-        for (size_t i = 0; i < nx; i++) hx[i] = (float)(mix64(i + 77) >> 40) / 8388608.0f - 1.0f;
+        for (size_t i = 0; i < nx; i++) hx[i] = (float)(qrt_mix64(i + 77) >> 40) / 8388608.0f - 1.0f;
         if (*x) b->be->upload(*x, hx, sizeof(float) * nx);
     }
     free(hx);

@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/model.h"
-#include "model/quant_encode.h"
 #include "backend/cpu/cpu_quant.h"
+#include "io/dtype.h"
+#include "io/quant_encode.h"
+#include "util/argmax.h"
+#include "util/common.h"
 
 void qrt_cpu_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);

@@ -2,6 +2,9 @@
 
 #include <string.h>
 
+#include "io/dtype.h"
+#include "util/common.h"
+
 const float qrt_e2m1_lut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 

@@ -2,7 +2,7 @@
  * weight row to f32 and runs the same fixed-order dot product whatever the storage. */
 #ifndef QRT_CPU_QUANT_H
 #define QRT_CPU_QUANT_H
-#include "model/weights.h"
+#include "backend/linear.h"
 
 /* The E2M1 (FP4) code → value table: bits 0–2 index [0, 0.5, 1, 1.5, 2, 3, 4, 6], bit 3 is the sign. */
 extern const float qrt_e2m1_lut[16];

@@ -7,6 +7,10 @@
  *                                compute the same sums in the same order. */
 #include "backend/cuda/cuda_internal.cuh"
 
+extern "C" {
+#include "util/common.h"
+}
+
 #define CONV_MAX_TAPS 16
 
 template <int CK>

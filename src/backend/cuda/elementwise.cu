@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "util/common.h"
+#include "util/mix64.h"
 }
 
 /* One 16-byte chunk of a table row per thread (rows are padded to 16 bytes, so every chunk is aligned), widened by
@@ -142,22 +143,16 @@ void qrt_cuda_argmax(const float *x, int rows, int n, int32_t *out) {
     }
 }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 __global__ void fill_bytes(uint64_t *p, size_t words, uint64_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = mix64(seed * 0x9e3779b97f4a7c15ull + i);
+        p[i] = qrt_mix64(seed * QRT_MIX64_STEP + i);
 }
 __global__ void fill_tail_bytes(uint8_t *p, size_t n, uint64_t seed) {
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = (uint8_t)mix64(seed + 0x51ed2701u + i);
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = (uint8_t)qrt_mix64(seed + 0x51ed2701u + i);
 }
 __global__ void fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float u = (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(qrt_mix64(seed * QRT_MIX64_STEP + i) >> 40) * (1.0f / 16777216.0f);
         p[i] = lo + (hi - lo) * u;
     }
 }

@@ -1,4 +1,4 @@
-#include "model/quant_encode.h"
+#include "io/quant_encode.h"
 
 #include <float.h>
 #include <math.h>

@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "io/dtype.h"
-#include "model/model.h"
+#include "tools/synthetic.h"
+#include "util/mix64.h"
 
 typedef struct {
     const char *name;
@@ -52,13 +53,8 @@ qrt_status qrt_config_preset(const char *name, qrt_config *c) {
 
 /* ---- the generator -------------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 /* Word i of the stream (seed): counter-based, so any row can be drawn by any thread. */
-static inline uint64_t word(uint64_t seed, uint64_t i) { return mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull); }
+static inline uint64_t word(uint64_t seed, uint64_t i) { return qrt_mix64(seed + (i + 1) * QRT_MIX64_STEP); }
 
 /* Approximately N(0, 1) from one word: the sum of four 16-bit uniforms (Irwin–Hall), rescaled. */
 static inline float normal_of(uint64_t z) {
@@ -88,7 +84,7 @@ static qrt_status own(qrt_checkpoint *ck, void *buf) {
 static void fill_bf16(uint16_t *w, int64_t n, int64_t k, float std, uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
-        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        uint64_t rs = qrt_mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
         for (int64_t c = 0; c < k; c++) w[r * k + c] = qrt_f32_to_bf16(normal_of(word(rs, (uint64_t)c)) * std);
     }
 }
@@ -99,7 +95,7 @@ static void fill_nvfp4(uint8_t *codes, uint8_t *scales, int64_t n, int64_t k, ui
     const int64_t cb = k / 2, sb = k / 16;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
-        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        uint64_t rs = qrt_mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
         uint8_t *cr = codes + r * cb;
         for (int64_t c = 0; c < cb; c += 8) {
             uint64_t z = word(rs, (uint64_t)(c / 8));
@@ -118,7 +114,7 @@ static void fill_nvfp4(uint8_t *codes, uint8_t *scales, int64_t n, int64_t k, ui
 static void fill_fp8(uint8_t *codes, float *scales, int64_t n, int64_t k, float std, uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
-        uint64_t rs = mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
+        uint64_t rs = qrt_mix64(seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull));
         for (int64_t c = 0; c < k; c++) {
             uint64_t z = word(rs, (uint64_t)c);
             codes[r * k + c] = (uint8_t)((z & 0x80) | (0x20 + ((z >> 8) & 0x1f)));
@@ -131,7 +127,7 @@ static void fill_fp8(uint8_t *codes, float *scales, int64_t n, int64_t k, float 
 /* Draw one [n, k] linear in fmt, hand it to the backend, and free the host copy when the backend made its
  * own (the data pointer changed). */
 static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
-    const uint64_t seed = mix64(++b->next_seed * 0x2545F4914F6CDD1Dull);
+    const uint64_t seed = qrt_mix64(++b->next_seed * 0x2545F4914F6CDD1Dull);
     const float std = 1.0f / sqrtf((float)k);
     memset(w, 0, sizeof *w);
     w->fmt = fmt, w->n = n, w->k = k, w->name = name;
@@ -177,7 +173,7 @@ typedef enum { V_NORM, V_PLAIN_NORM, V_CONV, V_A_LOG, V_DT_BIAS } vec_kind;
 static float *make_vector(vec_cursor *vc, size_t count, vec_kind kind) {
     float *v = vc->base + vc->used;
     vc->used += count;
-    const uint64_t seed = mix64(++vc->seed);
+    const uint64_t seed = qrt_mix64(++vc->seed);
     for (size_t i = 0; i < count; i++) {
         uint64_t z = word(seed, i);
         switch (kind) {

@@ -1,8 +1,8 @@
 /* The model side of the server: one worker thread owns the model, the tokenizer's output side and one
  * session (qrt_reuse), and runs one generation at a time. HTTP threads submit jobs to a bounded queue and
  * read each job's output (server-sent events, or the whole JSON body) as it grows. */
-#ifndef QRT_SERVER_ENGINE_H
-#define QRT_SERVER_ENGINE_H
+#ifndef QRT_SERVER_WORKER_H
+#define QRT_SERVER_WORKER_H
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -18,26 +18,26 @@ typedef struct {
     int prefix_reuse;  /* keep the session between requests (see reuse.h) */
     int queue_max;     /* requests that may wait while one runs; more get 503 */
     qrt_chat_dialect dialect;
-} qrt_engine_opts;
+} qrt_worker_opts;
 
-typedef struct qrt_engine qrt_engine;
+typedef struct qrt_worker qrt_worker;
 typedef struct qrt_job qrt_job;
 
 /* Load the model and DIR/tokenizer.json and start the worker; NULL after printing why. */
-qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics);
+qrt_worker *qrt_worker_new(const qrt_worker_opts *o, qrt_metrics *metrics);
 /* Shutting down, first: refuse new jobs and wait up to grace_s seconds for the queued and running ones to end. */
-void qrt_engine_drain(qrt_engine *e, double grace_s);
+void qrt_worker_drain(qrt_worker *w, double grace_s);
 /* Cancel every job, wake every reader and join the worker; jobs still held stay readable (and done). A generation
  * cut here ends with an error (503, or an error event), never as if it were complete. */
-void qrt_engine_stop(qrt_engine *e);
-void qrt_engine_free(qrt_engine *e);
-const char *qrt_engine_model_name(const qrt_engine *e);
-int32_t qrt_engine_vocab(const qrt_engine *e);
-qrt_chat_dialect qrt_engine_dialect(const qrt_engine *e);
+void qrt_worker_stop(qrt_worker *w);
+void qrt_worker_free(qrt_worker *w);
+const char *qrt_worker_model_name(const qrt_worker *w);
+int32_t qrt_worker_vocab(const qrt_worker *w);
+qrt_chat_dialect qrt_worker_dialect(const qrt_worker *w);
 
 /* Queue a parsed request (*req is moved into the job). NULL when refused: *status is 400 (the prompt does
  * not fit), 503 (the queue is full or the server is stopping) or 500, with a message in err. */
-qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char *err, size_t err_size);
+qrt_job *qrt_worker_submit(qrt_worker *w, qrt_oa_request *req, int *status, char *err, size_t err_size);
 
 /* Asked every 100 ms while a reader waits: non-zero when the client went away (then the job is cancelled, even
  * during a long prefill that writes nothing for a while). */

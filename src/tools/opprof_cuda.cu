@@ -1,4 +1,4 @@
-/* CUDA event timing of backend ops by category, for qwenrt bench's kernel breakdown (tools/opprof.c).
+/* CUDA event timing of backend ops by category, for qwenrt bench's kernel breakdown (opprof.c).
  * Each op is bracketed by an event pair recorded on the default stream, so the time is the GPU's time for
  * that op's kernels, not the host's launch time. Pairs are folded into the totals only when the pool is
  * full or at collect, so timing adds no synchronization inside the window beyond one per POOL ops. */
@@ -34,18 +34,18 @@ static void fold(void) {
     used = 0;
 }
 
-extern "C" void qrt_cuda_optimer_begin(void) {
+extern "C" void qrt_opprof_cuda_begin(void) {
     if (!created) create_pool();
     if (used == POOL) fold();
     QRT_CUDA_CHECK(cudaEventRecord(ev_begin[used], 0));
 }
 
-extern "C" void qrt_cuda_optimer_end(int cat) {
+extern "C" void qrt_opprof_cuda_end(int cat) {
     QRT_CUDA_CHECK(cudaEventRecord(ev_end[used], 0));
     ev_cat[used++] = cat;
 }
 
-extern "C" void qrt_cuda_optimer_collect(double *ms) {
+extern "C" void qrt_opprof_cuda_collect(double *ms) {
     fold();
     for (int c = 0; c < QRT_OPCAT_COUNT; c++) {
         ms[c] += pending_ms[c];

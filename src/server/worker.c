@@ -1,6 +1,6 @@
-/* The worker thread, its queue and each job's output channel (see engine.h). One mutex guards the queue
+/* The worker thread, its queue and each job's output channel (see worker.h). One mutex guards the queue
  * and every job's output; readers wait on one condition that the worker broadcasts after each append. */
-#include "server/engine.h"
+#include "server/worker.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,7 +14,7 @@
 #include "util/common.h"
 
 struct qrt_job {
-    qrt_engine *e;
+    qrt_worker *w;
     qrt_oa_request req;
     int32_t *ids;
     int32_t n_ids;
@@ -28,16 +28,16 @@ struct qrt_job {
     qrt_job *next;
 };
 
-struct qrt_engine {
-    qrt_engine_opts o;
+struct qrt_worker {
+    qrt_worker_opts o;
     char model_name[256];
     qrt_model *m;
     qrt_tokenizer *tok;
     qrt_reuse reuse;
     qrt_metrics *metrics;
     int32_t stop_ids[3]; /* <|im_end|>, <|endoftext|>, the model's eos; -1 when absent */
-    pthread_t worker;
-    int worker_started;
+    pthread_t thread;
+    int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, out_cv;
     qrt_job *head, *tail;
@@ -59,25 +59,25 @@ static void job_unref_locked(qrt_job *j) {
 }
 
 void qrt_job_release(qrt_job *j) {
-    qrt_engine *e = j->e;
-    pthread_mutex_lock(&e->mu);
+    qrt_worker *w = j->w;
+    pthread_mutex_lock(&w->mu);
     j->cancelled = 1;
     job_unref_locked(j);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&w->mu);
 }
 
 int qrt_job_streamed(const qrt_job *j) { return j->req.stream; }
 
-/* Wait on out_cv for at most 100 ms (e->mu held). */
-static void wait_a_while(qrt_engine *e) {
+/* Wait on out_cv for at most 100 ms (w->mu held). */
+static void wait_a_while(qrt_worker *w) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     t.tv_nsec += 100000000L;
     if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&e->out_cv, &e->mu, &t);
+    pthread_cond_timedwait(&w->out_cv, &w->mu, &t);
 }
 
-/* Whether the reader should stop waiting because its client left; the job is cancelled then (e->mu held; gone
+/* Whether the reader should stop waiting because its client left; the job is cancelled then (w->mu held; gone
  * itself only looks at the socket). */
 static int reader_gone(qrt_job *j, qrt_client_gone gone, void *arg) {
     if (!gone || !gone(arg)) return 0;
@@ -86,27 +86,27 @@ static int reader_gone(qrt_job *j, qrt_client_gone gone, void *arg) {
 }
 
 size_t qrt_job_read(qrt_job *j, char *dst, size_t max, qrt_client_gone gone, void *arg) {
-    qrt_engine *e = j->e;
-    pthread_mutex_lock(&e->mu);
+    qrt_worker *w = j->w;
+    pthread_mutex_lock(&w->mu);
     while (j->read == j->out.n && !j->done) {
         if (reader_gone(j, gone, arg)) break;
-        wait_a_while(e);
+        wait_a_while(w);
     }
     size_t n = j->out.n - j->read < max ? j->out.n - j->read : max;
     if (n) memcpy(dst, j->out.p + j->read, n);
     j->read += n;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&w->mu);
     return n;
 }
 
 const char *qrt_job_wait(qrt_job *j, int *status, size_t *len, qrt_client_gone gone, void *arg) {
-    qrt_engine *e = j->e;
-    pthread_mutex_lock(&e->mu);
+    qrt_worker *w = j->w;
+    pthread_mutex_lock(&w->mu);
     while (!j->done) {
-        if (reader_gone(j, gone, arg)) return pthread_mutex_unlock(&e->mu), NULL;
-        wait_a_while(e);
+        if (reader_gone(j, gone, arg)) return pthread_mutex_unlock(&w->mu), NULL;
+        wait_a_while(w);
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&w->mu);
     *status = j->status;
     *len = j->out.n;
     return j->out.p ? j->out.p : "";
@@ -114,19 +114,19 @@ const char *qrt_job_wait(qrt_job *j, int *status, size_t *len, qrt_client_gone g
 
 /* Append output and wake the reader. */
 static void job_append(qrt_job *j, const char *s, size_t n) {
-    qrt_engine *e = j->e;
-    pthread_mutex_lock(&e->mu);
+    qrt_worker *w = j->w;
+    pthread_mutex_lock(&w->mu);
     qrt_buf_add(&j->out, s, n);
-    pthread_cond_broadcast(&e->out_cv);
-    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&w->out_cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Whether the generation must end now; *shutdown: because the server stops (its grace period ran out). */
 static int job_cancelled(qrt_job *j, int *shutdown) {
-    pthread_mutex_lock(&j->e->mu);
-    int c = j->cancelled || j->e->stopping;
-    if (!j->cancelled && j->e->stopping) *shutdown = 1;
-    pthread_mutex_unlock(&j->e->mu);
+    pthread_mutex_lock(&j->w->mu);
+    int c = j->cancelled || j->w->stopping;
+    if (!j->cancelled && j->w->stopping) *shutdown = 1;
+    pthread_mutex_unlock(&j->w->mu);
     return c;
 }
 
@@ -135,7 +135,7 @@ static int job_cancelled(qrt_job *j, int *shutdown) {
 
 typedef struct {
     qrt_job *job;
-    qrt_engine *e;
+    qrt_worker *w;
     qrt_output out;
     qrt_detok_stream *detok;
     size_t reasoning_sent, content_sent;
@@ -150,14 +150,14 @@ typedef struct {
     size_t n_lp, cap_lp, lp_sent, lp_offset;
 } run_ctx;
 
-static int is_stop_id(const qrt_engine *e, int32_t id) {
+static int is_stop_id(const qrt_worker *w, int32_t id) {
     for (int i = 0; i < 3; i++)
-        if (e->stop_ids[i] >= 0 && e->stop_ids[i] == id) return 1;
+        if (w->stop_ids[i] >= 0 && w->stop_ids[i] == id) return 1;
     return 0;
 }
 
 static const uint8_t *token_bytes(int32_t id, size_t *len, const void *user) {
-    return qrt_tokenizer_token_bytes(((const run_ctx *)user)->e->tok, id, len);
+    return qrt_tokenizer_token_bytes(((const run_ctx *)user)->w->tok, id, len);
 }
 
 /* The logprobs not yet sent (all of them for a whole body), or NULL when the request did not ask. */
@@ -171,7 +171,7 @@ static const qrt_oa_logprobs *pending_logprobs(run_ctx *c, qrt_oa_logprobs *lp) 
 static void logprobs_sent(run_ctx *c) {
     for (; c->lp_sent < c->n_lp; c->lp_sent++) {
         size_t n = 0;
-        if (qrt_tokenizer_token_bytes(c->e->tok, c->lp[c->lp_sent].chosen.id, &n)) c->lp_offset += n;
+        if (qrt_tokenizer_token_bytes(c->w->tok, c->lp[c->lp_sent].chosen.id, &n)) c->lp_offset += n;
     }
 }
 
@@ -224,7 +224,7 @@ static int on_token(int32_t id, void *user) {
     run_ctx *c = user;
     if (c->ttft_ms < 0) c->ttft_ms = qrt_now_ms() - c->job->t_submit_ms;
     if (job_cancelled(c->job, &c->shutdown)) return c->cancelled = 1;
-    if (is_stop_id(c->e, id)) {
+    if (is_stop_id(c->w, id)) {
         if (c->job->req.logprobs && c->n_lp) c->n_lp--; /* a stop token is not part of the answer */
         return c->finish = "stop", 1;
     }
@@ -232,7 +232,7 @@ static int on_token(int32_t id, void *user) {
     size_t len = 0;
     size_t ignored;
     /* ids past the tokenizer's vocabulary (padding rows of the logits) have no text */
-    if (qrt_tokenizer_token_bytes(c->e->tok, id, &ignored) && qrt_detok_stream_push(c->detok, id, &text, &len) != QRT_OK)
+    if (qrt_tokenizer_token_bytes(c->w->tok, id, &ignored) && qrt_detok_stream_push(c->detok, id, &text, &len) != QRT_OK)
         return c->oom = 1;
     if (!qrt_output_push(&c->out, text, len)) return c->oom = 1;
     if (c->job->req.stream) send_deltas(c);
@@ -263,15 +263,15 @@ static void finish_with_error(run_ctx *c, int status, const char *message) {
     free(body);
 }
 
-static void run_job(qrt_engine *e, qrt_job *j) {
+static void run_job(qrt_worker *w, qrt_job *j) {
     const qrt_oa_request *req = &j->req;
-    run_ctx c = {.job = j, .e = e, .ttft_ms = -1};
-    snprintf(c.meta.id, sizeof c.meta.id, "%s-%llu", req->kind == QRT_OA_CHAT ? "chatcmpl" : "cmpl", e->next_id++);
-    c.meta.model = e->model_name;
+    run_ctx c = {.job = j, .w = w, .ttft_ms = -1};
+    snprintf(c.meta.id, sizeof c.meta.id, "%s-%llu", req->kind == QRT_OA_CHAT ? "chatcmpl" : "cmpl", w->next_id++);
+    c.meta.model = w->model_name;
     c.meta.created = (long long)time(NULL);
-    int32_t max_new = req->max_tokens < 0 ? e->o.ctx : (req->max_tokens < e->o.ctx ? req->max_tokens : e->o.ctx);
+    int32_t max_new = req->max_tokens < 0 ? w->o.ctx : (req->max_tokens < w->o.ctx ? req->max_tokens : w->o.ctx);
     int32_t *ids_out = calloc((size_t)max_new + 1, sizeof *ids_out);
-    int ok = ids_out && qrt_detok_stream_new(e->tok, &c.detok) == QRT_OK &&
+    int ok = ids_out && qrt_detok_stream_new(w->tok, &c.detok) == QRT_OK &&
              qrt_output_init(&c.out, req->kind == QRT_OA_CHAT && req->thinking, req->parse_tools,
                              (const char *const *)req->stops, req->n_stops);
     if (ok && req->forced) ok = qrt_output_push(&c.out, req->forced, strlen(req->forced));
@@ -285,17 +285,17 @@ static void run_job(qrt_engine *e, qrt_job *j) {
         job_append(j, sse.p, sse.n);
         qrt_buf_free(&sse);
     }
-    qrt_gen_opts go = {.max_new = max_new, .stop_eos = 1, .spec_k = e->o.spec_k, .sampling = req->sampling,
+    qrt_gen_opts go = {.max_new = max_new, .stop_eos = 1, .spec_k = w->o.spec_k, .sampling = req->sampling,
                        .on_token = on_token, .user = &c, .cancel = prefill_cancelled,
                        .on_logits = req->logprobs ? on_logits : NULL};
     qrt_gen_stats gs;
     int32_t reused = 0;
-    qrt_status st = qrt_reuse_generate(&e->reuse, j->ids, j->n_ids, &go, ids_out, &gs, &reused);
+    qrt_status st = qrt_reuse_generate(&w->reuse, j->ids, j->n_ids, &go, ids_out, &gs, &reused);
     if (st != QRT_OK) {
         finish_with_error(&c, st == QRT_ERR_CONTEXT ? 400 : 500, qrt_last_error());
         goto done;
     }
-    qrt_metrics_generation(e->metrics, &gs, c.ttft_ms, reused, c.cancelled);
+    qrt_metrics_generation(w->metrics, &gs, c.ttft_ms, reused, c.cancelled);
     size_t tail_len = 0;
     const char *tail = qrt_detok_stream_flush(c.detok, &tail_len);
     if (!c.out.stopped) qrt_output_push(&c.out, tail, tail_len);
@@ -334,28 +334,28 @@ done:
  * Worker and queue */
 
 static void *worker_main(void *arg) {
-    qrt_engine *e = arg;
-    pthread_mutex_lock(&e->mu);
+    qrt_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!e->head && !e->stopping) pthread_cond_wait(&e->work_cv, &e->mu);
-        if (e->stopping) break;
-        qrt_job *j = e->head;
-        e->head = j->next;
-        if (!e->head) e->tail = NULL;
-        e->n_waiting--;
-        qrt_metrics_queue_depth(e->metrics, e->n_waiting);
+        while (!w->head && !w->stopping) pthread_cond_wait(&w->work_cv, &w->mu);
+        if (w->stopping) break;
+        qrt_job *j = w->head;
+        w->head = j->next;
+        if (!w->head) w->tail = NULL;
+        w->n_waiting--;
+        qrt_metrics_queue_depth(w->metrics, w->n_waiting);
         if (!j->cancelled) {
-            e->running = 1;
-            pthread_mutex_unlock(&e->mu);
-            run_job(e, j);
-            pthread_mutex_lock(&e->mu);
-            e->running = 0;
+            w->running = 1;
+            pthread_mutex_unlock(&w->mu);
+            run_job(w, j);
+            pthread_mutex_lock(&w->mu);
+            w->running = 0;
         }
         j->done = 1;
-        pthread_cond_broadcast(&e->out_cv);
+        pthread_cond_broadcast(&w->out_cv);
         job_unref_locked(j);
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
@@ -372,95 +372,95 @@ static void end_refused(qrt_job *j, int status, const char *message) {
     j->done = 1;
 }
 
-void qrt_engine_drain(qrt_engine *e, double grace_s) {
+void qrt_worker_drain(qrt_worker *w, double grace_s) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)grace_s;
     deadline.tv_nsec += (long)((grace_s - (double)(time_t)grace_s) * 1e9);
     if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&e->mu);
-    e->draining = 1;
+    pthread_mutex_lock(&w->mu);
+    w->draining = 1;
     /* out_cv is broadcast at every append and at every job's end */
-    while ((e->head || e->running) && pthread_cond_timedwait(&e->out_cv, &e->mu, &deadline) == 0) {
+    while ((w->head || w->running) && pthread_cond_timedwait(&w->out_cv, &w->mu, &deadline) == 0) {
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&w->mu);
 }
 
-void qrt_engine_stop(qrt_engine *e) {
-    pthread_mutex_lock(&e->mu);
-    e->stopping = 1;
-    while (e->head) {
-        qrt_job *j = e->head;
-        e->head = j->next;
+void qrt_worker_stop(qrt_worker *w) {
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    while (w->head) {
+        qrt_job *j = w->head;
+        w->head = j->next;
         end_refused(j, 503, "the server is shutting down");
         job_unref_locked(j);
     }
-    e->tail = NULL, e->n_waiting = 0;
-    pthread_cond_broadcast(&e->work_cv);
-    pthread_cond_broadcast(&e->out_cv);
-    pthread_mutex_unlock(&e->mu);
-    if (e->worker_started) pthread_join(e->worker, NULL);
-    e->worker_started = 0;
+    w->tail = NULL, w->n_waiting = 0;
+    pthread_cond_broadcast(&w->work_cv);
+    pthread_cond_broadcast(&w->out_cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->thread_started) pthread_join(w->thread, NULL);
+    w->thread_started = 0;
 }
 
 static int32_t token_id_or_none(const qrt_tokenizer *t, const char *s) { return qrt_tokenizer_token_id(t, s); }
 
-qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics) {
-    qrt_engine *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
-    e->o = *o;
-    e->metrics = metrics;
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->work_cv, NULL);
-    pthread_cond_init(&e->out_cv, NULL);
+qrt_worker *qrt_worker_new(const qrt_worker_opts *o, qrt_metrics *metrics) {
+    qrt_worker *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->o = *o;
+    w->metrics = metrics;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->work_cv, NULL);
+    pthread_cond_init(&w->out_cv, NULL);
     const char *base = strrchr(o->model_dir, '/');
-    snprintf(e->model_name, sizeof e->model_name, "%s", base && base[1] ? base + 1 : o->model_dir);
+    snprintf(w->model_name, sizeof w->model_name, "%s", base && base[1] ? base + 1 : o->model_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
     qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device};
-    if (qrt_tokenizer_load(path, &e->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &e->m) != QRT_OK ||
-        qrt_tokenizer_check_model(e->tok, e->m, o->model_dir) != QRT_OK ||
-        qrt_reuse_init(&e->reuse, e->m, o->ctx, o->prefix_reuse) != QRT_OK) {
+    if (qrt_tokenizer_load(path, &w->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &w->m) != QRT_OK ||
+        qrt_tokenizer_check_model(w->tok, w->m, o->model_dir) != QRT_OK ||
+        qrt_reuse_init(&w->reuse, w->m, o->ctx, o->prefix_reuse) != QRT_OK) {
         fprintf(stderr, "qwenrt serve: %s\n", qrt_last_error());
-        qrt_engine_free(e);
+        qrt_worker_free(w);
         return NULL;
     }
-    e->stop_ids[0] = token_id_or_none(e->tok, "<|im_end|>");
-    e->stop_ids[1] = token_id_or_none(e->tok, "<|endoftext|>");
-    e->stop_ids[2] = qrt_model_eos(e->m);
-    if (pthread_create(&e->worker, NULL, worker_main, e)) {
+    w->stop_ids[0] = token_id_or_none(w->tok, "<|im_end|>");
+    w->stop_ids[1] = token_id_or_none(w->tok, "<|endoftext|>");
+    w->stop_ids[2] = qrt_model_eos(w->m);
+    if (pthread_create(&w->thread, NULL, worker_main, w)) {
         fprintf(stderr, "qwenrt serve: cannot start the worker thread\n");
-        qrt_engine_free(e);
+        qrt_worker_free(w);
         return NULL;
     }
-    e->worker_started = 1;
-    return e;
+    w->thread_started = 1;
+    return w;
 }
 
-void qrt_engine_free(qrt_engine *e) {
-    if (!e) return;
-    qrt_engine_stop(e);
-    if (e->reuse.s) qrt_reuse_free(&e->reuse);
-    qrt_model_free(e->m);
-    qrt_tokenizer_free(e->tok);
-    pthread_cond_destroy(&e->work_cv), pthread_cond_destroy(&e->out_cv);
-    pthread_mutex_destroy(&e->mu);
-    free(e);
+void qrt_worker_free(qrt_worker *w) {
+    if (!w) return;
+    qrt_worker_stop(w);
+    if (w->reuse.s) qrt_reuse_free(&w->reuse);
+    qrt_model_free(w->m);
+    qrt_tokenizer_free(w->tok);
+    pthread_cond_destroy(&w->work_cv), pthread_cond_destroy(&w->out_cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }
 
-const char *qrt_engine_model_name(const qrt_engine *e) { return e->model_name; }
-int32_t qrt_engine_vocab(const qrt_engine *e) { return qrt_model_vocab(e->m); }
-qrt_chat_dialect qrt_engine_dialect(const qrt_engine *e) { return e->o.dialect; }
+const char *qrt_worker_model_name(const qrt_worker *w) { return w->model_name; }
+int32_t qrt_worker_vocab(const qrt_worker *w) { return qrt_model_vocab(w->m); }
+qrt_chat_dialect qrt_worker_dialect(const qrt_worker *w) { return w->o.dialect; }
 
 /* The prompt's ids: token-id prompts as given, text tokenized (the tokenizer is safe to share). */
-static int prompt_ids(qrt_engine *e, qrt_oa_request *req, int32_t **ids, int32_t *n, char *err, size_t err_size) {
+static int prompt_ids(qrt_worker *w, qrt_oa_request *req, int32_t **ids, int32_t *n, char *err, size_t err_size) {
     if (req->prompt_ids) {
         *ids = req->prompt_ids, *n = req->n_prompt_ids;
         req->prompt_ids = NULL;
         return 1;
     }
     size_t count = 0;
-    if (qrt_tokenize(e->tok, req->prompt_text, strlen(req->prompt_text), ids, &count) != QRT_OK) {
+    if (qrt_tokenize(w->tok, req->prompt_text, strlen(req->prompt_text), ids, &count) != QRT_OK) {
         snprintf(err, err_size, "the prompt cannot be tokenized: %s", qrt_last_error());
         return 0;
     }
@@ -468,41 +468,41 @@ static int prompt_ids(qrt_engine *e, qrt_oa_request *req, int32_t **ids, int32_t
     return 1;
 }
 
-qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char *err, size_t err_size) {
+qrt_job *qrt_worker_submit(qrt_worker *w, qrt_oa_request *req, int *status, char *err, size_t err_size) {
     qrt_job *j = calloc(1, sizeof *j);
     *status = 500;
     if (!j) return snprintf(err, err_size, "out of memory"), NULL;
-    j->e = e;
+    j->w = w;
     j->req = *req;
     memset(req, 0, sizeof *req);
     j->refs = 2;
     j->t_submit_ms = qrt_now_ms();
     *status = 400;
-    if (!prompt_ids(e, &j->req, &j->ids, &j->n_ids, err, err_size)) goto refuse;
+    if (!prompt_ids(w, &j->req, &j->ids, &j->n_ids, err, err_size)) goto refuse;
     if (j->n_ids == 0) {
         snprintf(err, err_size, "the prompt has no tokens");
         goto refuse;
     }
-    if (qrt_reuse_room(&e->reuse, j->n_ids, e->o.spec_k) == 0) {
+    if (qrt_reuse_room(&w->reuse, j->n_ids, w->o.spec_k) == 0) {
         snprintf(err, err_size, "the prompt has %d tokens; this server's context is %d (start it with a larger --ctx)",
-                 j->n_ids, e->o.ctx);
+                 j->n_ids, w->o.ctx);
         goto refuse;
     }
-    pthread_mutex_lock(&e->mu);
-    if (e->stopping || e->draining || e->n_waiting >= e->o.queue_max) {
-        pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&w->mu);
+    if (w->stopping || w->draining || w->n_waiting >= w->o.queue_max) {
+        pthread_mutex_unlock(&w->mu);
         *status = 503;
-        if (e->stopping || e->draining) snprintf(err, err_size, "the server is shutting down");
-        else snprintf(err, err_size, "the server is busy (%d requests queued); retry later", e->o.queue_max);
+        if (w->stopping || w->draining) snprintf(err, err_size, "the server is shutting down");
+        else snprintf(err, err_size, "the server is busy (%d requests queued); retry later", w->o.queue_max);
         goto refuse;
     }
-    if (e->tail) e->tail->next = j;
-    else e->head = j;
-    e->tail = j;
-    e->n_waiting++;
-    qrt_metrics_queue_depth(e->metrics, e->n_waiting);
-    pthread_cond_signal(&e->work_cv);
-    pthread_mutex_unlock(&e->mu);
+    if (w->tail) w->tail->next = j;
+    else w->head = j;
+    w->tail = j;
+    w->n_waiting++;
+    qrt_metrics_queue_depth(w->metrics, w->n_waiting);
+    pthread_cond_signal(&w->work_cv);
+    pthread_mutex_unlock(&w->mu);
     return j;
 refuse:
     j->refs = 1;
