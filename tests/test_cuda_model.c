@@ -109,14 +109,15 @@ static void run_spec_cases(qrt_model *m, const qrt_st_set *ref, const char *mode
  * a prefill's GDN (chunked) is not decoding's (token by token), so a proposal may flip on rounding: 90% of them must
  * equal the fresh generations'; on the CPU all. */
 static void run_continued_cases(qrt_model *m, const qrt_st_set *ref, const char *model, int device) {
-    const qrt_st_tensor *ps = need(ref, "gen_prompt_short", QRT_DT_I32), *pl = need(ref, "gen_prompt_long", QRT_DT_I32);
+    const qrt_st_tensor *ps = ref_tensor(ref, "gen_prompt_short", QRT_DT_I32),
+                        *pl = ref_tensor(ref, "gen_prompt_long", QRT_DT_I32);
     if (!ps || !pl) return;
     for (int force = 0; force < 2; force++) {
         cont_report rep;
         char why[256] = "";
         const int ok = cont_check(m, (const int32_t *)ps->data, (int)ps->shape[0], (const int32_t *)pl->data + 40, 6, 3,
                                   force, device == QRT_DEVICE_CPU ? 1.0 : 0.9, &rep, why, sizeof why);
-        failures += !ok;
+        CHECK(ok, "%s continued speculation K=3, %s drafts: %s", model, force ? "forced" : "own", why);
         printf("%s %-10s continued speculation K=3, %s drafts: %s%s%lld cycles in continued turns, %d of %d proposals as "
                "fresh, MTP state within %.1e\n", ok ? "ok  " : "FAIL", model, force ? "forced" : "own", why,
                ok ? "" : "; ", (long long)rep.cycles, rep.same, rep.drafts, rep.worst);
