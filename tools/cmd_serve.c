@@ -275,7 +275,8 @@ int qrt_cmd_chat(int argc, char **argv) {
     qrt_tokenizer *tok = NULL;
     qrt_model *m = NULL;
     qrt_reuse r = {0};
-    qrt_load_opts lo = {.n_threads = a.threads, .show_progress = 1, .mtp_dir = a.mtp, .device = a.device};
+    qrt_load_opts lo = {.n_threads = a.threads, .show_progress = 1, .mtp_dir = a.mtp, .device = a.device,
+                        .kv_format = QRT_KV_DEFAULT};
     if (qrt_tokenizer_load(path, &tok) != QRT_OK || qrt_model_load(a.model, &lo, &m) != QRT_OK ||
         qrt_tokenizer_check_model(tok, m, a.model) != QRT_OK || qrt_reuse_init(&r, m, a.ctx, 1) != QRT_OK) {
         fprintf(stderr, "qwenrt chat: %s\n", qrt_last_error());

@@ -6,8 +6,11 @@
 #include "model/weights.h"
 
 /* Largest T one forward call runs at once; longer inputs are processed in pieces of this size, so every
- * scratch buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
-#define QRT_MAX_T 256
+ * scratch buffer is sized once when the session is made (for min(QRT_MAX_T, max_ctx) tokens: no piece is longer
+ * than the context). A multiple of the GDN chunk (64). Large because the prefill matmuls run on the tensor cores
+ * (matmul_blas.cu), whose rate grows with the tokens per call up to about 2048 (docs/benchmarks.md, "Prefill
+ * matmuls"); the Qwen3.6-27B scratch is ~0.5 MB per token, ~1 GB at this size. */
+#define QRT_MAX_T 2048
 
 typedef struct {
     /* Gated DeltaNet (kind LINEAR) */
@@ -62,7 +65,7 @@ struct qrt_model {
     int kv_format;       /* QRT_KV_* of its sessions */
 };
 
-/* Scratch for one forward piece of up to QRT_MAX_T tokens; one allocation, carved at session creation. */
+/* Scratch for one forward piece of up to min(QRT_MAX_T, max_ctx) tokens; one allocation, carved at session creation. */
 typedef struct {
     float *h;        /* [T][D] residual stream */
     float *x;        /* [T][D] normed input of a block */

@@ -44,7 +44,8 @@ static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
 static int session_pieces(qrt_session *s, carve *cv) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
-    const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
+    const size_t T = (size_t)QRT_MIN(QRT_MAX_T, s->max_ctx); /* no piece is longer than the context */
+    const size_t D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
     const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
     const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
     const size_t S = Hv * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * cd, C = (size_t)s->max_ctx;

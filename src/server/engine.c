@@ -417,7 +417,8 @@ qrt_engine *qrt_engine_new(const qrt_engine_opts *o, qrt_metrics *metrics) {
     snprintf(e->model_name, sizeof e->model_name, "%s", base && base[1] ? base + 1 : o->model_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-    qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device};
+    qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device,
+                        .kv_format = QRT_KV_DEFAULT};
     if (qrt_tokenizer_load(path, &e->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &e->m) != QRT_OK ||
         qrt_tokenizer_check_model(e->tok, e->m, o->model_dir) != QRT_OK ||
         qrt_reuse_init(&e->reuse, e->m, o->ctx, o->prefix_reuse) != QRT_OK) {
