@@ -113,6 +113,28 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     return QRT_OK;
 }
 
+/* Bytes of a session of max_ctx tokens (its one allocation); SIZE_MAX when the host is out of memory. */
+static size_t session_bytes(const qrt_model *m, int32_t max_ctx) {
+    qrt_session s = {.m = (qrt_model *)m, .max_ctx = max_ctx};
+    s.ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s.ls);
+    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
+    const size_t total = s.ls && cv ? carve_total(cv, session_pieces(&s, cv)) * sizeof(float) : SIZE_MAX;
+    free(cv), free(s.ls);
+    return total;
+}
+
+int32_t qrt_session_default_ctx(const qrt_model *m, size_t *available) {
+    const size_t avail = m->be->mem_available(), budget = avail > QRT_CTX_RESERVE ? avail - QRT_CTX_RESERVE : 0;
+    *available = avail;
+    int32_t lo = 0, hi = m->cfg.max_pos; /* the largest ctx in [1, max_pos] that fits the budget: lo */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if (session_bytes(m, mid) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 void qrt_session_free(qrt_session *s) {
     if (!s) return;
     qrt_drop_graphs(s);

@@ -269,7 +269,8 @@ static void run_job(qrt_engine *e, qrt_job *j) {
     snprintf(c.meta.id, sizeof c.meta.id, "%s-%llu", req->kind == QRT_OA_CHAT ? "chatcmpl" : "cmpl", e->next_id++);
     c.meta.model = e->model_name;
     c.meta.created = (long long)time(NULL);
-    int32_t max_new = req->max_tokens < 0 ? e->o.ctx : (req->max_tokens < e->o.ctx ? req->max_tokens : e->o.ctx);
+    const int32_t ctx = e->reuse.max_ctx;
+    int32_t max_new = req->max_tokens < 0 ? ctx : (req->max_tokens < ctx ? req->max_tokens : ctx);
     int32_t *ids_out = calloc((size_t)max_new + 1, sizeof *ids_out);
     int ok = ids_out && qrt_detok_stream_new(e->tok, &c.detok) == QRT_OK &&
              qrt_output_init(&c.out, req->kind == QRT_OA_CHAT && req->thinking, req->parse_tools,
@@ -486,7 +487,7 @@ qrt_job *qrt_engine_submit(qrt_engine *e, qrt_oa_request *req, int *status, char
     }
     if (qrt_reuse_room(&e->reuse, j->n_ids, e->o.spec_k) == 0) {
         snprintf(err, err_size, "the prompt has %d tokens; this server's context is %d (start it with a larger --ctx)",
-                 j->n_ids, e->o.ctx);
+                 j->n_ids, e->reuse.max_ctx);
         goto refuse;
     }
     pthread_mutex_lock(&e->mu);
