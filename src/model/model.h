@@ -8,8 +8,8 @@
 /* Largest T one forward call runs at once; longer inputs are processed in pieces of this size, so every
  * scratch buffer is sized once when the session is made (for min(QRT_MAX_T, max_ctx) tokens: no piece is longer
  * than the context). A multiple of the GDN chunk (64). Large because the prefill matmuls run on the tensor cores
- * (matmul_blas.cu), whose rate grows with the tokens per call up to about 2048 (docs/benchmarks.md, "Prefill
- * matmuls"); the Qwen3.6-27B scratch is ~0.5 MB per token, ~1 GB at this size. */
+ * (matmul_blas.cu), whose rate grows with the tokens per call (docs/benchmarks.md, "Prefill matmuls", says how to
+ * check this size with tilebench); the Qwen3.6-27B scratch is ~0.5 MB per token, ~1 GB at this size. */
 #define QRT_MAX_T 2048
 
 typedef struct {

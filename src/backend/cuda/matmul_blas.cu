@@ -53,9 +53,9 @@ static const char *cublasLt_status_name(cublasStatus_t s) {
 }
 
 /* ---- when this path runs ------------------------------------------------------------------------------
- * From T = qrt_cuda_blas_min_t(fmt), by format, from tilebench on the H200 (docs/benchmarks.md, "Prefill matmuls":
- * the smallest M at which cuBLASLt beat the hand kernel on every 27B shape), never at T ≤ QRT_GRAPH_MAX_T (see the
- * header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
+ * From T = qrt_cuda_blas_min_t(fmt), by format: the smallest M at which tilebench shows cuBLASLt beating the hand
+ * kernel on every 27B shape. The table below is provisional (64 for every format), not yet measured: docs/benchmarks.md,
+ * "Prefill matmuls", gives the tilebench call that decides it. Never at T ≤ QRT_GRAPH_MAX_T (see the header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
  * 128-wide layers) a GEMM is a few microseconds either way, and the hand kernels keep those models' results
  * within their tight tolerances of the reference. QRT_BLAS_MIN_T overrides the table for every format but F32
  * (measurements; 0 or unset: the table). */
