@@ -371,7 +371,8 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
         const int blas = ti == nT, T = blas ? Tb : Ts[ti];
         void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
             blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
-        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) = blas ? qrt_cuda_matmul_blas : gpu->matmul;
+        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
+            blas ? qrt_cuda_matmul_blas : gpu->matmul;
         const double tol = blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL : 5e-6;
         float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
         float *xd = dev_in(x, (size_t)T * K);
@@ -431,7 +432,8 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint6
         const int blas = ti == nT, T = blas ? Tb : Ts[ti];
         void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
             blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
-        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) = blas ? qrt_cuda_matmul_blas : gpu->matmul;
+        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
+            blas ? qrt_cuda_matmul_blas : gpu->matmul;
         const int swiglu_op = !blas || qrt_cuda_blas_takes(QRT_WF_NVFP4, 2 * N * K, T);
         const int on_cpu = !blas || 2.0 * (double)N * (double)K * T <= 4e9;
         const size_t len = (size_t)T * N;

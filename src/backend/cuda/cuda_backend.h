@@ -44,7 +44,7 @@ int qrt_cuda_blas_min_t(int fmt);
 int qrt_cuda_blas_takes(int fmt, int64_t elems, int T);
 /* y [T][N] = x [T][K] · Wᵀ through the cuBLASLt path at any T (BF16, F16, FP8 block-128, NVFP4 not a pair part). */
 void qrt_cuda_matmul_blas(const qrt_linear *W, const float *x, int T, float *y);
-/* y = x · Wᵀ through the hand kernels at any T (dense, or NVFP4's autotuned variant): what matmul runs off this path. */
+/* y = x · Wᵀ through the hand kernels at any T (dense, or NVFP4's autotuned variant): matmul off this path. */
 void qrt_cuda_matmul_hand(const qrt_linear *W, const float *x, int T, float *y);
 /* Every part of a group through it (F32 parts through the hand kernel), x converted once. */
 void qrt_cuda_matmul_group_blas(const qrt_linear_group *g, const float *x, int T, float *const *y);

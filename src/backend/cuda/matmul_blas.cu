@@ -1,9 +1,10 @@
 /* Prefill matmul y [T][N] = x [T][K] · Wᵀ on the tensor cores through cuBLASLt (BF16 x BF16, f32 accumulate and
- * output), for BF16, F16, FP8 block-128 and NVFP4 weights at T ≥ the measured threshold (qrt_cuda_blas_takes).
+ * output), for BF16, F16, FP8 block-128 and NVFP4 weights at prefill sizes (qrt_cuda_blas_takes).
  *
  * Why: the hand kernels (matmul_dense.cu, matmul_fp4_*.cu) are built for decode, T ≤ 16, where a matmul is a read
- * of the weights; at prefill sizes it is compute, and a tuned library GEMM runs it at several times their rate
- * (docs/benchmarks.md, "Prefill matmuls"). Steps, all on the calling thread's default stream:
+ * of the weights; at prefill sizes it is compute, which a tuned library GEMM does at the tensor cores' rate and
+ * they do not (docs/benchmarks.md, "Prefill matmuls", says how tilebench compares them). Steps, all on the calling
+ * thread's default stream:
  *   x_to_bf16        x → bf16 [T][Kb] once per matmul or group (Kb = K rounded up to 8, zero padded): cuBLASLt
  *                    takes one input type for both operands.
  *   BF16 weights     read in place: the device rows are already padded to Kb (prepare_linear).
@@ -54,8 +55,9 @@ static const char *cublasLt_status_name(cublasStatus_t s) {
 
 /* ---- when this path runs ------------------------------------------------------------------------------
  * From T = qrt_cuda_blas_min_t(fmt), by format: the smallest M at which tilebench shows cuBLASLt beating the hand
- * kernel on every 27B shape. The table below is provisional (64 for every format), not yet measured: docs/benchmarks.md,
- * "Prefill matmuls", gives the tilebench call that decides it. Never at T ≤ QRT_GRAPH_MAX_T (see the header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
+ * kernel on every 27B shape. The table below is provisional (64 for every format), not yet measured:
+ * docs/benchmarks.md, "Prefill matmuls", gives the tilebench call that decides it. Never at T ≤ QRT_GRAPH_MAX_T (see
+ * the header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
  * 128-wide layers) a GEMM is a few microseconds either way, and the hand kernels keep those models' results
  * within their tight tolerances of the reference. QRT_BLAS_MIN_T overrides the table for every format but F32
  * (measurements; 0 or unset: the table). */
@@ -65,7 +67,7 @@ static int blas_table_min_t(int fmt) {
     switch (fmt) {
     case QRT_WF_BF16:
     case QRT_WF_F16:
-    case QRT_WF_FP8B: return 64;
+    case QRT_WF_FP8B:
     case QRT_WF_NVFP4: return 64;
     default: return 1 << 30; /* F32: the hand kernel always */
     }
@@ -278,7 +280,8 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = BLAS_WORKSPACE_BYTES;
     const uint32_t al_a = (uint32_t)align_a, al_b = 256, al_d = (uint32_t)align_d;
-    QRT_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    QRT_BLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
                                                         sizeof al_a));
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
