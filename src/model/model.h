@@ -7,10 +7,10 @@
 
 /* Largest T one forward call runs at once; longer inputs are processed in pieces of this size, so every
  * scratch buffer is sized once when the session is made (for min(QRT_MAX_T, max_ctx) tokens: no piece is longer
- * than the context). A multiple of the GDN chunk (64). Large because the prefill matmuls run on the tensor cores
- * (matmul_blas.cu), whose rate grows with the tokens per call (docs/benchmarks.md, "Prefill matmuls", says how to
- * check this size with tilebench); the Qwen3.6-27B scratch is ~0.5 MB per token, ~1 GB at this size. */
-#define QRT_MAX_T 2048
+ * than the context). A multiple of the GDN chunk (64). The prefill matmuls' tensor-core rate grows with the tokens
+ * per call (matmul_blas.cu; docs/benchmarks.md, "Prefill matmuls"), but the piece is also the unit a server's
+ * prefill can be cancelled at (generate.c, tests/test_server.c): larger pieces need that unit made separate first. */
+#define QRT_MAX_T 256
 
 typedef struct {
     /* Gated DeltaNet (kind LINEAR) */
