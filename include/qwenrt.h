@@ -50,11 +50,12 @@ typedef struct {
     int device;         /* QRT_DEVICE_AUTO (0): CUDA when built with it and a GPU is present, else CPU;
                          * QRT_DEVICE_CPU (1); QRT_DEVICE_CUDA (2): an error if unavailable */
     int kv_format;      /* KV cache of the sessions: QRT_KV_F32 (0, exact), QRT_KV_BF16, QRT_KV_FP8 (e4m3 with
-                         * one f32 scale per token and kv head) */
+                         * one f32 scale per token and kv head), or QRT_KV_DEFAULT: BF16 on a GPU (half the bytes
+                         * attention reads per token), F32 on the CPU (what the command-line tools use) */
 } qrt_load_opts;
 
 enum { QRT_DEVICE_AUTO = 0, QRT_DEVICE_CPU = 1, QRT_DEVICE_CUDA = 2 };
-enum { QRT_KV_F32 = 0, QRT_KV_BF16 = 1, QRT_KV_FP8 = 2 };
+enum { QRT_KV_DEFAULT = -1, QRT_KV_F32 = 0, QRT_KV_BF16 = 1, QRT_KV_FP8 = 2 };
 
 /* Load a Hugging Face checkpoint folder (config.json + *.safetensors) in place. opts may be NULL. */
 qrt_status qrt_model_load(const char *dir, const qrt_load_opts *opts, qrt_model **out);

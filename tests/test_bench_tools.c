@@ -137,7 +137,7 @@ static void test_bad_options(void) {
         {qrt_tool_membw, 2, {"--sizes", ""}},         {qrt_tool_membw, 2, {"--sustain-s", "abc"}},
         {qrt_tool_membw, 2, {"--interval-s", "0"}},   {qrt_tool_membw, 2, {"--device", "gpu"}},
         {qrt_tool_doctor, 2, {"--quick", "--bogus"}}, {qrt_tool_doctor, 1, {"--device"}},
-        {qrt_tool_tilebench, 2, {"--m", "0"}},        {qrt_tool_tilebench, 2, {"--m", "257"}},
+        {qrt_tool_tilebench, 2, {"--m", "0"}},        {qrt_tool_tilebench, 2, {"--m", "8193"}},
         {qrt_tool_tilebench, 2, {"--formats", "fp4"}}, {qrt_tool_tilebench, 2, {"--shapes", "nope"}},
         {qrt_tool_tilebench, 2, {"--reps", "2"}},     {qrt_tool_tilebench, 2, {"--cell-ms", "inf"}},
         {qrt_tool_tilebench, 2, {"--preset", "big"}}, {qrt_tool_tilebench, 4, {"--preset", "tiny", "-m", "/nonexistent"}},

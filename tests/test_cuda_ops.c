@@ -6,7 +6,8 @@
  * ~1e-6 expected; the GDN chunked form vs the recurrence and long reductions: ~1e-5).
  * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
  * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
- * them) and every BF16 / FP8 tensor-core variant.
+ * them) and every BF16 / FP8 tensor-core variant; not on the prefill path through cuBLASLt (matmul_blas.cu), which is
+ * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -18,6 +19,12 @@
 #include "util/mix64.h"
 
 #define GUARD 64
+/* The cuBLASLt path rounds x to bf16 (and F16, FP8 · scale, NVFP4 · scale2 weights to bf16): each product carries a
+ * relative error of at most 2^-9 per rounded operand, independent from term to term, so ‖gpu − ref‖ / ‖ref‖ comes out
+ * near 2^-9 / √3 per rounded operand (~1.1e-3 for BF16 weights, ~1.6e-3 for rounded ones; summed in f32, the order
+ * adds ~1e-6). 2^-8, the bf16 unit roundoff, bounds that with margin and still fails on any wrong element, scale or
+ * row (errors of order 1). A swiglu of two such results: twice that. */
+#define BLAS_TOL 3.9e-3
 static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
 static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
 
@@ -97,7 +104,8 @@ static void expect_same_bits(const char *what, const float *a, const float *b, s
 
 /* ---- dense matmul ---------------------------------------------------------------------------------- */
 
-static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+/* Tb > 0: also the cuBLASLt path called directly at T = Tb (BF16, F16, FP8), whatever the size. */
+static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
     size_t esize = fmt == QRT_WF_F32 ? 4 : fmt == QRT_WF_FP8B ? 1 : 2;
     uint8_t *wh = malloc((size_t)N * K * esize);
     /* FP8: random e4m3 codes (never NaN: 0x7f / 0xff), one scale per 128×128 block in [2^-8, 2^-6) */
@@ -132,7 +140,7 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
         free(wh), free(sh);
         return;
     }
-    int Tmax = 0;
+    int Tmax = Tb;
     for (int i = 0; i < nT; i++) Tmax = QRT_MAX(Tmax, Ts[i]);
     float *x = host_rand((size_t)Tmax * K, seed + 1, -1.0f, 1.0f);
     float *xd = dev_in(x, (size_t)Tmax * K);
@@ -150,7 +158,13 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
         gpu->matmul(&wg, xd, T, yd);
         char what[128];
         snprintf(what, sizeof what, "matmul %s N=%lld K=%lld T=%d", qrt_wformat_name(fmt), (long long)N, (long long)K, T);
-        float *y = check_dev(what, yd, NULL, ref, (size_t)T * N, 1e-5);
+        const int blas = qrt_cuda_blas_takes(fmt, N * K, T);
+        float *y = check_dev(what, yd, NULL, ref, (size_t)T * N, blas ? BLAS_TOL : 1e-5);
+        if (blas) { /* the prefill path: no batch invariance */
+            free(y);
+            gpu->free(yd);
+            continue;
+        }
         if (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B) /* every tensor-core variant: the pick's bits, guard included */
             for (int v = 0; v < qrt_dense_mma_variant_count(); v++) {
                 float *vd = dev_out((size_t)T * N);
@@ -169,6 +183,15 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
         free(y);
         gpu->free(yd);
     }
+    if (Tb && fmt != QRT_WF_F32) {
+        float *yd = dev_out((size_t)Tb * N);
+        qrt_cuda_matmul_blas(&wg, xd, Tb, yd);
+        char what[128];
+        snprintf(what, sizeof what, "matmul_blas %s N=%lld K=%lld T=%d", qrt_wformat_name(fmt), (long long)N,
+                 (long long)K, Tb);
+        free(check_dev(what, yd, NULL, ref, (size_t)Tb * N, BLAS_TOL));
+        gpu->free(yd);
+    }
     free(y0), free(y1), gpu->free(y1d), gpu->free(xd), free(x), free(ref), free(wh), free(sh);
     gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
 }
@@ -177,7 +200,8 @@ static void test_dense(qrt_wformat fmt, int64_t N, int64_t K, const int *Ts, int
 
 static const float e2m1_values[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
 
-static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+/* Tb > 0: also the cuBLASLt path called directly at T = Tb. */
+static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
     uint8_t *codes = malloc((size_t)N * K / 2), *scales = malloc((size_t)N * K / 16);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)qrt_mix64(seed * 7 + (uint64_t)i);
@@ -194,7 +218,7 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
         CHECK(0, "prepare_linear nvfp4: %s", qrt_last_error());
         return;
     }
-    int Tmax = 0;
+    int Tmax = Tb;
     for (int i = 0; i < nT; i++) Tmax = QRT_MAX(Tmax, Ts[i]);
     float *x = host_rand((size_t)Tmax * K, seed + 1, -1.0f, 1.0f);
     float *xd = dev_in(x, (size_t)Tmax * K);
@@ -251,8 +275,15 @@ static void test_nvfp4(int64_t N, int64_t K, const int *Ts, int nT, uint64_t see
     gpu->matmul(&wg, xd, T, yd);
     char what[128];
     snprintf(what, sizeof what, "nvfp4 op (autotune picked %s) T=%d", qrt_nvfp4_variant_name(pick), T);
-    free(check_dev(what, yd, ref, NULL, (size_t)T * N, 2e-6));
+    free(check_dev(what, yd, ref, NULL, (size_t)T * N, qrt_cuda_blas_takes(QRT_WF_NVFP4, N * K, T) ? BLAS_TOL : 2e-6));
     gpu->free(yd);
+    if (Tb) {
+        yd = dev_out((size_t)Tb * N);
+        qrt_cuda_matmul_blas(&wg, xd, Tb, yd);
+        snprintf(what, sizeof what, "matmul_blas nvfp4 N=%lld K=%lld T=%d", (long long)N, (long long)K, Tb);
+        free(check_dev(what, yd, ref, NULL, (size_t)Tb * N, BLAS_TOL));
+        gpu->free(yd);
+    }
     free(base[0]), free(base[1]), free(ref), gpu->free(xd), free(x), free(codes), free(scales);
     gpu->free((void *)wg.data), gpu->free((void *)wg.scales);
 }
@@ -289,8 +320,10 @@ static int prepare_groups(qrt_linear_group *hg, qrt_linear_group *g, const char 
 
 /* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
  * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
- * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. */
-static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, uint64_t seed) {
+ * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. Tb > 0:
+ * once more at T = Tb with the cuBLASLt path's group and matmul called directly. */
+static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, int Tb,
+                       uint64_t seed) {
     qrt_linear host[QRT_GROUP_MAX], alone[QRT_GROUP_MAX], grouped[QRT_GROUP_MAX];
     void *mem[QRT_GROUP_MAX][2];
     char shape[96];
@@ -317,8 +350,15 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
     const int fused_expected = n - __builtin_popcount(bf16_mask) >= 2;
     CHECK(!!g.fused == fused_expected, "group %s: fused is %s, expected %s", shape, g.fused ? "set" : "NULL",
           fused_expected ? "set" : "NULL");
-    for (int ti = 0; ti < nT; ti++) {
-        const int T = Ts[ti];
+    int64_t elems = 0;
+    for (int i = 0; i < n; i++) elems += N[i] * K;
+    for (int ti = 0; ti < nT + (Tb > 0); ti++) {
+        const int blas = ti == nT, T = blas ? Tb : Ts[ti];
+        void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
+            blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
+        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
+            blas ? qrt_cuda_matmul_blas : gpu->matmul;
+        const double tol = blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL : 5e-6;
         float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
         float *xd = dev_in(x, (size_t)T * K);
         float *y_group[QRT_GROUP_MAX], *y_cpu[QRT_GROUP_MAX];
@@ -326,19 +366,19 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
             y_group[i] = dev_out((size_t)T * N[i]);
             y_cpu[i] = malloc(sizeof(float) * (size_t)T * N[i]);
         }
-        gpu->matmul_group(&g, xd, T, y_group);
+        group_op(&g, xd, T, y_group);
         cpu->matmul_group(&hg, x, T, y_cpu);
         for (int i = 0; i < n; i++) {
             const size_t len = (size_t)T * N[i];
             char what[160];
-            snprintf(what, sizeof what, "group %s T=%d part %d vs cpu", shape, T, i);
-            float *yg = check_dev(what, y_group[i], NULL, y_cpu[i], len, 5e-6);
+            snprintf(what, sizeof what, "group%s %s T=%d part %d vs cpu", blas ? " blas" : "", shape, T, i);
+            float *yg = check_dev(what, y_group[i], NULL, y_cpu[i], len, tol);
             float *yd = dev_out(len);
-            gpu->matmul(&alone[i], xd, T, yd);
+            matmul_op(&alone[i], xd, T, yd);
             float *ya = download(yd, len);
             snprintf(what, sizeof what, "  part %d same bits as matmul on it alone", i);
             expect_same_bits(what, yg, ya, len);
-            gpu->matmul(&grouped[i], xd, T, yd);
+            matmul_op(&grouped[i], xd, T, yd);
             free(ya);
             ya = download(yd, len);
             snprintf(what, sizeof what, "  part %d same bits as matmul on the grouped part", i);
@@ -359,8 +399,10 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
 
 /* NVFP4 gate and up of N rows over K, laid out in pairs by prepare_group (swiglu set): matmul_group must give each
  * part's bits of matmul on it alone, matmul_swiglu (and every variant of it) the bits of swiglu on those, and both
- * agree with the CPU. */
-static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed) {
+ * agree with the CPU. Tb > 0: once more at T = Tb with the cuBLASLt path's group and matmul called directly (its
+ * reading of the pair layout: each part the bits of the part alone), matmul_swiglu where the path takes it; the CPU
+ * comparison only where it is cheap (2·N·K·Tb ≤ 4e9). */
+static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
     qrt_linear host[2], alone[2], paired[2];
     for (int i = 0; i < 2; i++) {
         host[i] = nvfp4_test_part(N, K, seed, i, i ? "pair up" : "pair gate");
@@ -369,37 +411,50 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, uint64_t seed
     qrt_linear_group hg = {2, {&host[0], &host[1]}, NULL, 1, 0}, g = {2, {&paired[0], &paired[1]}, NULL, 1, 0};
     if (!prepare_groups(&hg, &g, "pair")) return;
     CHECK(g.paired, "pair N=%lld K=%lld: prepare_group did not pair gate|up", (long long)N, (long long)K);
-    for (int ti = 0; ti < nT && g.paired; ti++) {
-        const int T = Ts[ti];
+    for (int ti = 0; ti < nT + (Tb > 0) && g.paired; ti++) {
+        const int blas = ti == nT, T = blas ? Tb : Ts[ti];
+        void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
+            blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
+        void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
+            blas ? qrt_cuda_matmul_blas : gpu->matmul;
+        const int swiglu_op = !blas || qrt_cuda_blas_takes(QRT_WF_NVFP4, 2 * N * K, T);
+        const int on_cpu = !blas || 2.0 * (double)N * (double)K * T <= 4e9;
         const size_t len = (size_t)T * N;
         float *x = host_rand((size_t)T * K, seed + 200 + (uint64_t)T, -1.0f, 1.0f);
         float *xd = dev_in(x, (size_t)T * K);
         float *ya[2], *yp[2], *yad[2], *ypd[2];
         for (int i = 0; i < 2; i++) {
             yad[i] = dev_out(len), ypd[i] = dev_out(len);
-            gpu->matmul(&alone[i], xd, T, yad[i]);
+            matmul_op(&alone[i], xd, T, yad[i]);
         }
-        gpu->matmul_group(&g, xd, T, ypd);
+        group_op(&g, xd, T, ypd);
         char what[160];
         for (int i = 0; i < 2; i++) {
             ya[i] = download(yad[i], len), yp[i] = download(ypd[i], len);
-            snprintf(what, sizeof what, "pair N=%lld K=%lld T=%d part %d same bits as matmul on it alone",
-                     (long long)N, (long long)K, T, i);
+            snprintf(what, sizeof what, "pair%s N=%lld K=%lld T=%d part %d same bits as matmul on it alone",
+                     blas ? " blas" : "", (long long)N, (long long)K, T, i);
             expect_same_bits(what, yp[i], ya[i], len);
         }
         /* reference: swiglu of the parts run alone (on the GPU for the bits, on the CPU for the values) */
         float *refd = dev_out(len), *cpu_y[2] = {malloc(sizeof(float) * len), malloc(sizeof(float) * len)};
         gpu->swiglu(yad[0], yad[1], len, refd);
         float *ref = download(refd, len);
-        cpu->matmul_group(&hg, x, T, cpu_y);
-        cpu->swiglu(cpu_y[0], cpu_y[1], len, cpu_y[0]);
+        if (on_cpu) {
+            cpu->matmul_group(&hg, x, T, cpu_y);
+            cpu->swiglu(cpu_y[0], cpu_y[1], len, cpu_y[0]);
+            snprintf(what, sizeof what, "pair%s N=%lld K=%lld T=%d swiglu of the parts vs cpu", blas ? " blas" : "",
+                     (long long)N, (long long)K, T);
+            free(check_dev(what, refd, NULL, cpu_y[0], len, blas ? 2 * BLAS_TOL : 5e-6));
+        }
         float *sd = dev_out(len), *scratch = dev_out(len);
-        gpu->matmul_swiglu(&g, xd, T, sd, scratch);
-        snprintf(what, sizeof what, "pair N=%lld K=%lld T=%d matmul_swiglu vs cpu", (long long)N, (long long)K, T);
-        float *sy = check_dev(what, sd, NULL, cpu_y[0], len, 5e-6);
-        expect_same_bits("  same bits as swiglu on the parts alone", sy, ref, len);
-        free(sy);
-        for (int v = 0; v < qrt_nvfp4_variant_count(); v++) {
+        if (swiglu_op) {
+            gpu->matmul_swiglu(&g, xd, T, sd, scratch);
+            float *sy = download(sd, len);
+            snprintf(what, sizeof what, "  matmul_swiglu T=%d same bits as swiglu on the parts alone", T);
+            expect_same_bits(what, sy, ref, len);
+            free(sy);
+        }
+        for (int v = 0; v < qrt_nvfp4_variant_count() && !blas; v++) {
             qrt_nvfp4_matmul_swiglu_variant(v, &g, xd, T, sd);
             float *vy = download(sd, len);
             snprintf(what, sizeof what, "  %s same bits", qrt_nvfp4_variant_name(v));
@@ -839,66 +894,66 @@ int main(int argc, char **argv) {
     const int Ts_small[] = {1, 2, 7, 16, 17, 64};
     const int Ts_real[] = {1, 7, 64};
     /* dense matmul: 27B shapes (BF16, as stored) and odd ones in every format */
-    test_dense(QRT_WF_BF16, 17408, 5120, Ts_real, 3, 11);
-    test_dense(QRT_WF_BF16, 5120, 17408, Ts_real, 3, 12);
-    test_dense(QRT_WF_BF16, 10240, 5120, Ts_real, 3, 13);
-    test_dense(QRT_WF_BF16, 48, 5120, Ts_small, 6, 14);
+    test_dense(QRT_WF_BF16, 17408, 5120, Ts_real, 3, 0, 11);
+    test_dense(QRT_WF_BF16, 5120, 17408, Ts_real, 3, 0, 12);
+    test_dense(QRT_WF_BF16, 10240, 5120, Ts_real, 3, 0, 13);
+    test_dense(QRT_WF_BF16, 48, 5120, Ts_small, 6, 300, 14);
     /* FP8 block-128 (the MTP head of the NVFP4 checkpoints): its shapes, and N, K not multiples of 128 */
-    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_real, 3, 16);
-    test_dense(QRT_WF_FP8B, 14336, 5120, Ts_real, 3, 17);
+    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_real, 3, 0, 16);
+    test_dense(QRT_WF_FP8B, 14336, 5120, Ts_real, 3, 0, 17);
     for (int f = 0; f < 4; f++) {
         qrt_wformat fmt = f == 0 ? QRT_WF_BF16 : f == 1 ? QRT_WF_F16 : f == 2 ? QRT_WF_F32 : QRT_WF_FP8B;
-        test_dense(fmt, 1000, 130, Ts_small, 6, 20 + f);
-        test_dense(fmt, 37, 72, Ts_small, 6, 30 + f);
-        test_dense(fmt, 3, 5, Ts_small, 6, 40 + f);
-        test_dense(fmt, 513, 1024, Ts_small, 6, 50 + f);
+        test_dense(fmt, 1000, 130, Ts_small, 6, 300, 20 + f);
+        test_dense(fmt, 37, 72, Ts_small, 6, 131, 30 + f);
+        test_dense(fmt, 3, 5, Ts_small, 6, 64, 40 + f);
+        test_dense(fmt, 513, 1024, Ts_small, 6, 77, 50 + f);
     }
     /* BF16 and FP8 on the tensor cores at every decode and verify size (row 0 bit-identical at each T), past one
      * 16-token group, on the stored layout's shapes (GDN in_proj qkv, out_proj, MTP fc) and odd ones (K % 32 != 0,
      * K % 8 != 0, N % 16 != 0, N and K not multiples of 128) */
     const int Ts_all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33};
     const int nT_all = (int)(sizeof Ts_all / sizeof Ts_all[0]);
-    test_dense(QRT_WF_BF16, 10240, 5120, Ts_all, nT_all, 70);
-    test_dense(QRT_WF_BF16, 5120, 6144, Ts_all, nT_all, 71);
-    test_dense(QRT_WF_BF16, 5120, 10240, Ts_all, nT_all, 72);
-    test_dense(QRT_WF_BF16, 1000, 130, Ts_all, nT_all, 73);
-    test_dense(QRT_WF_BF16, 37, 72, Ts_all, nT_all, 74);
-    test_dense(QRT_WF_BF16, 3, 5, Ts_all, nT_all, 75);
-    test_dense(QRT_WF_BF16, 129, 1000, Ts_all, nT_all, 76);
-    test_dense(QRT_WF_FP8B, 1000, 130, Ts_all, nT_all, 77);
-    test_dense(QRT_WF_FP8B, 300, 1000, Ts_all, nT_all, 78);
-    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_all, nT_all, 79);
+    test_dense(QRT_WF_BF16, 10240, 5120, Ts_all, nT_all, 0, 70);
+    test_dense(QRT_WF_BF16, 5120, 6144, Ts_all, nT_all, 0, 71);
+    test_dense(QRT_WF_BF16, 5120, 10240, Ts_all, nT_all, 0, 72);
+    test_dense(QRT_WF_BF16, 1000, 130, Ts_all, nT_all, 0, 73);
+    test_dense(QRT_WF_BF16, 37, 72, Ts_all, nT_all, 0, 74);
+    test_dense(QRT_WF_BF16, 3, 5, Ts_all, nT_all, 0, 75);
+    test_dense(QRT_WF_BF16, 129, 1000, Ts_all, nT_all, 0, 76);
+    test_dense(QRT_WF_FP8B, 1000, 130, Ts_all, nT_all, 0, 77);
+    test_dense(QRT_WF_FP8B, 300, 1000, Ts_all, nT_all, 0, 78);
+    test_dense(QRT_WF_FP8B, 5120, 10240, Ts_all, nT_all, 0, 79);
     if (!quick) {
         const int Tl[] = {1, 7};
-        test_dense(QRT_WF_BF16, 248320, 5120, Tl, 2, 15);
+        test_dense(QRT_WF_BF16, 248320, 5120, Tl, 2, 0, 15);
     }
     /* NVFP4: every variant; the 27B shapes and odd ones (K % 32 == 16 exercises the padded tail); T = 37 takes a
      * second 32-token pass with a partial group of 8, T = 20 a partial 16-token pass (mma_k4) */
     const int Tf[] = {1, 2, 7, 9, 16, 20, 37};
     const int Tf_real[] = {1, 7, 37};
-    test_nvfp4(2 * 17408, 5120, Tf_real, 3, 61);
-    test_nvfp4(5120, 17408, Tf_real, 3, 62);
-    if (!quick) test_nvfp4(248320, 5120, Tf_real, 2, 63);
-    test_nvfp4(1000, 176, Tf, 7, 64);
-    test_nvfp4(37, 48, Tf, 7, 65);
-    test_nvfp4(5, 16, Tf, 7, 66);
-    test_nvfp4(130, 1024, Tf, 7, 67);
+    test_nvfp4(2 * 17408, 5120, Tf_real, 3, 0, 61);
+    test_nvfp4(5120, 17408, Tf_real, 3, 0, 62);
+    if (!quick) test_nvfp4(248320, 5120, Tf_real, 2, 0, 63);
+    test_nvfp4(1000, 176, Tf, 7, 300, 64);
+    test_nvfp4(37, 48, Tf, 7, 131, 65);
+    test_nvfp4(5, 16, Tf, 7, 64, 66);
+    test_nvfp4(130, 1024, Tf, 7, 77, 67);
     /* fused projection groups: the 27B's GDN in_proj qkv|z|b|a, attention q|k|v, MLP gate|up; odd shapes (rows
      * not multiples of 16, K % 32 == 16); a mixed group (the BF16 part runs alone); a single NVFP4 part */
     {
         const int Tg[] = {1, 7};
         const int64_t gdn[] = {10240, 6144, 48, 48}, attn[] = {12288, 1024, 1024}, mlp[] = {17408, 17408};
         const int64_t odd[] = {37, 5, 130, 16}, odd2[] = {1000, 17}, mixed[] = {100, 33, 50}, one[] = {21, 9};
-        test_group(gdn, 4, 5120, 0, Tg, 2, 141);
-        test_group(attn, 3, 5120, 0, Tg, 2, 142);
-        test_group(mlp, 2, 5120, 0, Tg, 2, 143);
-        test_group(odd, 4, 176, 0, Tf, 5, 144);
-        test_group(odd2, 2, 48, 0, Tf, 5, 145);
-        test_group(mixed, 3, 1024, 2, Tf, 5, 146);
-        test_group(one, 2, 512, 1, Tg, 2, 147);
-        test_pair(17408, 5120, Tg, 2, 148); /* Qwen3.6-27B's gate|up */
-        test_pair(200, 176, Tf, 5, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
-        test_pair(40, 48, Tf, 5, 150);
+        test_group(gdn, 4, 5120, 0, Tg, 2, 64, 141);
+        test_group(attn, 3, 5120, 0, Tg, 2, 0, 142);
+        test_group(mlp, 2, 5120, 0, Tg, 2, 0, 143);
+        test_group(odd, 4, 176, 0, Tf, 5, 300, 144);
+        test_group(odd2, 2, 48, 0, Tf, 5, 65, 145);
+        test_group(mixed, 3, 1024, 2, Tf, 5, 131, 146);
+        test_group(one, 2, 512, 1, Tg, 2, 64, 147);
+        test_pair(17408, 5120, Tg, 2, 64, 148); /* Qwen3.6-27B's gate|up */
+        test_pair(200, 176, Tf, 5, 131, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
+        test_pair(40, 48, Tf, 5, 300, 150);
     }
     /* norms */
     test_rmsnorm(7, 5120, 71);

@@ -25,7 +25,8 @@ static const char *usage_serve =
     "                      interface) or a host name such as localhost (default 127.0.0.1)\n"
     "  --port 0            any free port (the chosen one is printed)\n"
     "  --max-body BYTES    larger request bodies get 413 (default 8 MiB)\n"
-    "  -c N                the session's context in tokens (default 8192; also --ctx, --ctx-size)\n"
+    "  -c N                the session's context in tokens (default: the config's maximum, as far as free\n"
+    "                      memory allows, said at start; also --ctx, --ctx-size)\n"
     "  -t N                CPU threads (default: every core; also --threads)\n"
     "  --spec-k K          MTP drafts per cycle (default: 6 with an MTP head, else 0); a request that continues\n"
     "                      the previous one speculates too, unless that one decoded without speculation\n"
@@ -55,7 +56,8 @@ static const char *usage_chat =
     "  --temperature T  sampling temperature (default 0.7; 0 is greedy), --top-p (0.95), --top-k (20)\n"
     "  --seed S         the sampler's seed (0..4294967295); without it a random seed is drawn and printed\n"
     "                   on stderr (\"seed: S\"), so the chat can be repeated\n"
-    "  -c N             the conversation's context in tokens (default 8192; also --ctx, --ctx-size)\n"
+    "  -c N             the conversation's context in tokens (default: the config's maximum, as far as free\n"
+    "                   memory allows, said at start; also --ctx, --ctx-size)\n"
     "  -t N             CPU threads (default: every core; also --threads)\n"
     "A prompt longer than 512 tokens shows a prefill line on stderr while it runs, when stderr is a terminal.\n"
     QRT_TOOL_SAMPLING_USAGE;
@@ -77,7 +79,7 @@ typedef struct {
 
 static int parse(const char *cmd, int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
-    a->host = "127.0.0.1", a->port = 8080, a->queue = 16, a->max_body = 8u << 20, a->ctx = 8192;
+    a->host = "127.0.0.1", a->port = 8080, a->queue = 16, a->max_body = 8u << 20, a->ctx = 0;
     a->spec_k = QRT_SPEC_DEFAULT, a->dialect = QRT_CHAT_QWEN36, a->n = 4096, a->shutdown_grace = 10;
     a->sampling.temperature = 0.7f, a->sampling.top_p = 0.95f, a->sampling.top_k = 20;
     int chat = !strcmp(cmd, "chat");
@@ -285,7 +287,8 @@ int qrt_cmd_chat(int argc, char **argv) {
     qrt_tokenizer *tok = NULL;
     qrt_model *m = NULL;
     qrt_reuse r = {0};
-    qrt_load_opts lo = {.n_threads = a.threads, .show_progress = 1, .mtp_dir = a.mtp, .device = a.device};
+    qrt_load_opts lo = {.n_threads = a.threads, .show_progress = 1, .mtp_dir = a.mtp, .device = a.device,
+                        .kv_format = QRT_KV_DEFAULT};
     if (qrt_tokenizer_load(path, &tok) != QRT_OK || qrt_model_load(a.model, &lo, &m) != QRT_OK ||
         qrt_tokenizer_check_model(tok, m, a.model) != QRT_OK || qrt_reuse_init(&r, m, a.ctx, 1) != QRT_OK) {
         fprintf(stderr, "qwenrt chat: %s\n", qrt_last_error());

@@ -67,7 +67,8 @@ static const char *usage_generate =
     "  --spec-k K       MTP speculative decoding with K drafts per cycle (1..16); 0 turns it off. Default:\n"
     "                   6 when the model has MTP weights, else off. Greedy output is identical either way.\n"
     "  --mtp DIR        a folder holding mtp.safetensors (the MTP head shipped separately)\n"
-    "  --kv FORMAT      KV cache format: f32 (default, exact), bf16, or fp8 (e4m3, one scale per token and head)\n"
+    "  --kv FORMAT      KV cache format: f32 (exact; the default on the CPU), bf16 (the default on a GPU), or\n"
+    "                   fp8 (e4m3, one scale per token and head)\n"
     "  --json     {\"tokens\": [ids], \"n_prompt\", \"n_new\", \"prefill_ms\", \"decode_ms\", \"decode_tok_s\",\n"
     "              \"spec\": {\"k\", \"attempts\", \"accepts\", \"al\", \"tokens_per_cycle\", \"full_accept_rate\",\n"
     "                       \"accept_at\": [rate per draft position], \"chain_ms\", \"verify_ms\"}}\n"
@@ -142,6 +143,7 @@ static int parse_args(const char *cmd, int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->n = 32;
     a->spec_k = QRT_SPEC_DEFAULT;
+    a->kv_format = QRT_KV_DEFAULT;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -42,6 +42,8 @@ typedef struct qrt_backend {
     void (*zero)(void *p, size_t bytes);
     void (*upload)(void *dst, const void *host_src, size_t bytes);   /* host → backend memory */
     void (*download)(void *host_dst, const void *src, size_t bytes); /* backend memory → host */
+    /* Bytes alloc could still hand out now: free device memory, or the host's available memory on the CPU. */
+    size_t (*mem_available)(void);
     /* Called once per weight at load: move it into backend memory in the layout the backend's matmul wants
      * (the CPU reads the checkpoint's mapping in place and does nothing). */
     qrt_status (*prepare_linear)(qrt_linear *w);

@@ -36,9 +36,10 @@ qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts) {
     QRT_TRY(select_backend(opts, &m->be));
     if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
     m->kv_format = opts ? opts->kv_format : QRT_KV_F32;
+    if (m->kv_format == QRT_KV_DEFAULT) m->kv_format = m->be == qrt_backend_cpu() ? QRT_KV_F32 : QRT_KV_BF16;
     if (m->kv_format < QRT_KV_F32 || m->kv_format > QRT_KV_FP8)
-        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected 0 (f32), 1 (bf16) or 2 (fp8)",
-                        m->kv_format);
+        return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected -1 (the device's default), 0 (f32), 1 "
+                        "(bf16) or 2 (fp8)", m->kv_format);
     return QRT_OK;
 }
 

@@ -6,7 +6,10 @@
 #include "model/weights.h"
 
 /* Largest T one forward call runs at once; longer inputs are processed in pieces of this size, so every
- * scratch buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
+ * scratch buffer is sized once when the session is made (for min(QRT_MAX_T, max_ctx) tokens: no piece is longer
+ * than the context). A multiple of the GDN chunk (64). The prefill matmuls' tensor-core rate grows with the tokens
+ * per call (matmul_blas.cu; docs/benchmarks.md, "Prefill matmuls"), but the piece is also the unit a server's
+ * prefill can be cancelled at (generate.c, tests/test_server.c): larger pieces need that unit made separate first. */
 #define QRT_MAX_T 256
 
 typedef struct {
@@ -62,7 +65,7 @@ struct qrt_model {
     int kv_format;       /* QRT_KV_* of its sessions */
 };
 
-/* Scratch for one forward piece of up to QRT_MAX_T tokens; one allocation, carved at session creation. */
+/* Scratch for one forward piece of up to min(QRT_MAX_T, max_ctx) tokens; one allocation, carved at session creation. */
 typedef struct {
     float *h;        /* [T][D] residual stream */
     float *x;        /* [T][D] normed input of a block */
@@ -201,6 +204,14 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 /* Building a model without a checkpoint (tools/synthetic.c shares these with qrt_model_load). */
 /* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
+
+/* Memory kept free beside a session made by qrt_session_default_ctx: the ops' own scratch (the prefill matmuls'
+ * bf16 copies of x and of a weight, cuBLASLt's workspace, attention's chunk slots, the NVFP4 tuner's buffers). */
+#define QRT_CTX_RESERVE ((size_t)2 << 30)
+/* The context a session gets when none is asked for: the config's max_position_embeddings, capped so that the
+ * session fits in what the backend can still allocate (*available, bytes) less QRT_CTX_RESERVE; 0 when not even one
+ * token fits. */
+int32_t qrt_session_default_ctx(const qrt_model *m, size_t *available);
 /* Floats of every f32 vector the model keeps (norms, conv taps, GDN scalars), main layers and MTP head. */
 size_t qrt_model_vector_floats(const qrt_model *m);
 /* Upload the f32 vectors from host (where the model's vector pointers point now) into m->vectors (already

@@ -44,7 +44,8 @@ static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
 static int session_pieces(qrt_session *s, carve *cv) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
-    const size_t T = QRT_MAX_T, D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
+    const size_t T = (size_t)QRT_MIN(QRT_MAX_T, s->max_ctx); /* no piece is longer than the context */
+    const size_t D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
     const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
     const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
     const size_t S = Hv * c->gdn_dk * c->gdn_dv, conv = (size_t)(c->conv_kernel - 1) * cd, C = (size_t)s->max_ctx;
@@ -112,6 +113,28 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     s->mtp_hidden_pos = -1;
     *out = s;
     return QRT_OK;
+}
+
+/* Bytes of a session of max_ctx tokens (its one allocation); SIZE_MAX when the host is out of memory. */
+static size_t session_bytes(const qrt_model *m, int32_t max_ctx) {
+    qrt_session s = {.m = (qrt_model *)m, .max_ctx = max_ctx};
+    s.ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s.ls);
+    carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
+    const size_t total = s.ls && cv ? carve_total(cv, session_pieces(&s, cv)) * sizeof(float) : SIZE_MAX;
+    free(cv), free(s.ls);
+    return total;
+}
+
+int32_t qrt_session_default_ctx(const qrt_model *m, size_t *available) {
+    const size_t avail = m->be->mem_available(), budget = avail > QRT_CTX_RESERVE ? avail - QRT_CTX_RESERVE : 0;
+    *available = avail;
+    int32_t lo = 0, hi = m->cfg.max_pos; /* the largest ctx in [1, max_pos] that fits the budget: lo */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if (session_bytes(m, mid) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 
 void qrt_session_free(qrt_session *s) {

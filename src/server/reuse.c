@@ -1,6 +1,7 @@
 /* Prefix reuse across generations (see reuse.h). */
 #include "server/reuse.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,16 @@
 
 qrt_status qrt_reuse_init(qrt_reuse *r, qrt_model *m, int32_t max_ctx, int enabled) {
     memset(r, 0, sizeof *r);
+    if (!max_ctx) { /* the default: the config's maximum, as far as memory allows; said, since it sets what fits */
+        size_t avail = 0;
+        max_ctx = qrt_session_default_ctx(m, &avail);
+        if (max_ctx < 1)
+            return qrt_fail(QRT_ERR_MEMORY, "not even a 1-token session fits in the %.1f GB %s memory left after "
+                            "loading the model (less %.1f GB kept for scratch)", avail / 1e9, m->be->name,
+                            QRT_CTX_RESERVE / 1e9);
+        fprintf(stderr, "context: %d tokens (the config's maximum is %d; %.1f GB of %s memory available); -c N sets "
+                "it\n", max_ctx, m->cfg.max_pos, avail / 1e9, m->be->name);
+    }
     r->m = m, r->max_ctx = max_ctx, r->enabled = enabled;
     return qrt_session_new(m, max_ctx, &r->s);
 }

@@ -19,6 +19,7 @@ typedef struct {
     int32_t n_consumed, cap;
 } qrt_reuse;
 
+/* max_ctx 0: qrt_session_default_ctx's (the config's maximum as far as memory allows), said on stderr. */
 qrt_status qrt_reuse_init(qrt_reuse *r, qrt_model *m, int32_t max_ctx, int enabled);
 void qrt_reuse_free(qrt_reuse *r);
 /* Forget the kept state (the next generation prefills everything). */

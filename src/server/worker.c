@@ -269,7 +269,8 @@ static void run_job(qrt_worker *w, qrt_job *j) {
     snprintf(c.meta.id, sizeof c.meta.id, "%s-%llu", req->kind == QRT_OA_CHAT ? "chatcmpl" : "cmpl", w->next_id++);
     c.meta.model = w->model_name;
     c.meta.created = (long long)time(NULL);
-    int32_t max_new = req->max_tokens < 0 ? w->o.ctx : (req->max_tokens < w->o.ctx ? req->max_tokens : w->o.ctx);
+    const int32_t ctx = w->reuse.max_ctx;
+    int32_t max_new = req->max_tokens < 0 ? ctx : (req->max_tokens < ctx ? req->max_tokens : ctx);
     int32_t *ids_out = calloc((size_t)max_new + 1, sizeof *ids_out);
     int ok = ids_out && qrt_detok_stream_new(w->tok, &c.detok) == QRT_OK &&
              qrt_output_init(&c.out, req->kind == QRT_OA_CHAT && req->thinking, req->parse_tools,
@@ -417,7 +418,8 @@ qrt_worker *qrt_worker_new(const qrt_worker_opts *o, qrt_metrics *metrics) {
     snprintf(w->model_name, sizeof w->model_name, "%s", base && base[1] ? base + 1 : o->model_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-    qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device};
+    qrt_load_opts lo = {.n_threads = o->threads, .show_progress = 1, .mtp_dir = o->mtp_dir, .device = o->device,
+                        .kv_format = QRT_KV_DEFAULT};
     if (qrt_tokenizer_load(path, &w->tok) != QRT_OK || qrt_model_load(o->model_dir, &lo, &w->m) != QRT_OK ||
         qrt_tokenizer_check_model(w->tok, w->m, o->model_dir) != QRT_OK ||
         qrt_reuse_init(&w->reuse, w->m, o->ctx, o->prefix_reuse) != QRT_OK) {
@@ -485,7 +487,7 @@ qrt_job *qrt_worker_submit(qrt_worker *w, qrt_oa_request *req, int *status, char
     }
     if (qrt_reuse_room(&w->reuse, j->n_ids, w->o.spec_k) == 0) {
         snprintf(err, err_size, "the prompt has %d tokens; this server's context is %d (start it with a larger --ctx)",
-                 j->n_ids, w->o.ctx);
+                 j->n_ids, w->reuse.max_ctx);
         goto refuse;
     }
     pthread_mutex_lock(&w->mu);

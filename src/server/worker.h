@@ -13,7 +13,7 @@
 typedef struct {
     const char *model_dir, *mtp_dir;
     int threads, device;
-    int32_t ctx;       /* the session's context in tokens */
+    int32_t ctx;       /* the session's context in tokens; 0: qrt_session_default_ctx's */
     int spec_k;        /* QRT_SPEC_DEFAULT, 0 or 1..16 (see reuse.h for continued generations) */
     int prefix_reuse;  /* keep the session between requests (see reuse.h) */
     int queue_max;     /* requests that may wait while one runs; more get 503 */

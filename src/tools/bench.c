@@ -48,7 +48,8 @@ static const char *usage =
     "  --sim-al A     simulate acceptance: accept floor((c+1)A) - floor(cA) drafts in cycle c (mean A), the\n"
     "                 drafts as proposed; output then differs from plain decoding (rows say 'simulated AL')\n"
     "  --parity       per ctx: greedy outputs of K=0, K=1 and the largest K (no simulation) must be identical\n"
-    "  --kv F         KV cache format: f32 (default, exact), bf16, or fp8 (e4m3, one scale per token and head)\n"
+    "  --kv F         KV cache format: f32 (exact; the default on the CPU), bf16 (the default on a GPU), or fp8\n"
+    "                 (e4m3, one scale per token and head)\n"
     "  --no-breakdown skip the extra profiled generation per row (the kernel-category breakdown)\n"
     "  --json FILE    everything below as JSON (docs/bench-schema.md)\n"
     "  --device D     cuda, cpu, or auto (default: cuda when this build has CUDA and a GPU is present)\n"
@@ -110,7 +111,7 @@ typedef struct {
 static const char *const kv_words[] = {"f32", "bf16", "fp8"}; /* indexed by QRT_KV_* */
 
 static int parse(int argc, char **argv, bench *b) {
-    b->n_new = 64, b->reps = 3, b->breakdown = 1, b->prompt = "repeat", b->device = "auto";
+    b->n_new = 64, b->reps = 3, b->breakdown = 1, b->prompt = "repeat", b->device = "auto", b->kv = QRT_KV_DEFAULT;
     b->ctx[0] = 128, b->ctx[1] = 2048, b->n_ctx = 2;
     b->ks[0] = 6, b->n_k = 1;
     b->sim_al = -1;
@@ -172,6 +173,7 @@ static int load(bench *b, int gpu, double *build_s) {
         return 0;
     }
     b->real_be = b->m->be;
+    b->kv = b->m->kv_format; /* QRT_KV_DEFAULT resolved by the device */
     if (b->dir) {
         char path[4096];
         struct stat sb;

@@ -50,11 +50,15 @@ static const char *usage =
     "                 checkpoints' main layers (add fp8 for their MTP head); bf16,nvfp4,fp8 on the CPU).\n"
     "                 NVFP4 on the GPU: every variant of the CUDA backend that runs its own kernel at\n"
     "                 that M (not those that would run mma_w1 in its place), the autotuner's pick marked;\n"
-    "                 BF16 and FP8 on the GPU: every tensor-core variant, the table's pick marked.\n"
+    "                 otherwise the backend's matmul (one kernel per format). On the GPU also, from M = 33,\n"
+    "                 'cublasLt' (the prefill path, matmul_blas.cu: x to bf16, the weight dequantized to\n"
+    "                 bf16 unless it is BF16, the library GEMM; timed launch by launch), and for BF16/FP8\n"
+    "                 every tensor-core variant (F16: 'hand', the decode kernel at any M); 'pick' marks\n"
+    "                 what the model runs at that M.\n"
     "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl12x2,mma_ck8x2e); the\n"
     "                 pick is still the autotuner's, '-' in the summary where it is not named. Under a profiler,\n"
     "                 set QRT_NVFP4_VARIANT too (or keep a tune cache), so the tuner launches nothing else\n"
-    "  --m LIST       tokens per call (1..256; default 1,2,4,7,8,16,64,256: decode, the verify of K = 6 at\n"
+    "  --m LIST       tokens per call (1..8192; default 1,2,4,7,8,16,64,256: decode, the verify of K = 6 at\n"
     "                 7, and prefill pieces)\n"
     "  --full-m       M = 1..16 (every speculative verify size) plus 64 and 256\n"
     "  --reps N       at most N timed launches per cell (3..1000, default 20) after the warmups (3 on the\n"
@@ -76,7 +80,7 @@ static const char *usage =
 #define TB_MAX_SHAPES 8
 #define TB_MAX_COPIES 32
 #define TB_MAX_KERNELS 64
-#define TB_MAX_T 256 /* QRT_MAX_T: the forward pass never gives a matmul more tokens than this */
+#define TB_MAX_T 8192 /* the largest prefill piece a model may be configured for */
 #define TB_GRAPH_LAUNCHES 8 /* at least this many launches per recorded graph */
 
 static const char *const format_words[] = {"bf16", "nvfp4", "fp8"};
@@ -305,8 +309,15 @@ static qrt_status make_weights(const tilebench *b, const tb_shape *s, qrt_wforma
 
 /* ---- timing -------------------------------------------------------------------------------------- */
 
-/* A kernel: an NVFP4 or BF16 variant of the CUDA backend (by the weight's format), or (variant -1) the backend's matmul
- * for the format. */
+/* Kernels besides the NVFP4 variants (>= 0): the backend's matmul, and on the GPU the cuBLASLt path and the hand
+ * kernels called directly. */
+#define TB_MATMUL (-1)
+#define TB_BLAS (-2)
+#define TB_HAND (-3)
+#define TB_BLAS_MIN_M 33 /* QRT_GRAPH_MAX_T + 1: the path never runs below */
+
+/* A kernel: an NVFP4 or BF16/FP8 tensor-core variant of the CUDA backend (>= 0, by the weight's format), or one of the
+ * TB_ kernels above. */
 typedef struct {
     const qrt_backend *be;
     int variant;
@@ -325,6 +336,14 @@ static void launch(void *p) {
     }
     if (l->variant >= 0) {
         qrt_nvfp4_matmul_variant(l->variant, l->w, l->x, l->T, l->y);
+        return;
+    }
+    if (l->variant == TB_BLAS) {
+        qrt_cuda_matmul_blas(l->w, l->x, l->T, l->y);
+        return;
+    }
+    if (l->variant == TB_HAND) {
+        qrt_cuda_matmul_hand(l->w, l->x, l->T, l->y);
         return;
     }
 #endif
@@ -395,8 +414,11 @@ static int time_cell(const tilebench *b, tb_weights *W, int variant, const float
         if (time_launch(b, &l, &ms[0])) return 0;
     }
     int n = 1;
-    tb_replay rp = {b->be, b->gpu && !b->launch_timing ? record_cell(b, W, &l, &n) : NULL};
-    if (b->gpu && !b->launch_timing && !rp.graph)
+    /* the cuBLASLt path is timed launch by launch: recording library calls into a graph is not what the model does
+     * (prefill is never recorded), and at the M it runs at, a launch's host gap is a few % of its time */
+    const int graph = b->gpu && !b->launch_timing && variant != TB_BLAS;
+    tb_replay rp = {b->be, graph ? record_cell(b, W, &l, &n) : NULL};
+    if (graph && !rp.graph)
         return fprintf(stderr, "qwenrt tilebench: recording the launches into a CUDA graph failed (try --timing "
                                "launch)\n"), 0;
     int reps = b->reps;
@@ -417,33 +439,36 @@ static int time_cell(const tilebench *b, tb_weights *W, int variant, const float
 
 /* ---- one shape in one format --------------------------------------------------------------------- */
 
-/* The kernels to time (variant indices, -1 = the backend's matmul) and the one the model runs at T. */
+/* The kernels to time (variant indices or TB_ kernels) and the one the model runs at T. */
 static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
 #ifdef QRT_HAVE_CUDA
-    if (b->gpu && fmt == QRT_WF_NVFP4) {
-        int n = qrt_nvfp4_variant_count();
-        n = n > TB_MAX_KERNELS ? TB_MAX_KERNELS : n;
+    if (b->gpu) {
         int k = 0;
-        for (int i = 0; i < n; i++)
-            if (!b->variants || b->variant_on[i]) v[k++] = i;
+        if (fmt == QRT_WF_NVFP4) {
+            const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS - 1);
+            for (int i = 0; i < n; i++)
+                if (!b->variants || b->variant_on[i]) v[k++] = i;
+        } else if (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B) {
+            const int n = QRT_MIN(qrt_dense_mma_variant_count(), TB_MAX_KERNELS - 1);
+            for (int i = 0; i < n; i++) v[k++] = i;
+        } else v[k++] = TB_HAND;
+        v[k++] = TB_BLAS;
         return k;
     }
-    if (b->gpu && (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B)) {
-        const int n = QRT_MIN(qrt_dense_mma_variant_count(), TB_MAX_KERNELS);
-        for (int i = 0; i < n; i++) v[i] = i;
-        return n;
-    }
 #endif
-    v[0] = -1;
+    v[0] = TB_MATMUL;
     return 1;
 }
 
 static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
 #ifdef QRT_HAVE_CUDA
-    if (b->gpu && W->w[0].fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(&W->w[0], T);
-    if (b->gpu && (W->w[0].fmt == QRT_WF_BF16 || W->w[0].fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(W->w[0].n, T);
+    const qrt_linear *w = &W->w[0];
+    if (b->gpu && qrt_cuda_blas_takes(w->fmt, w->n * w->k, T)) return TB_BLAS;
+    if (b->gpu && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(w, T);
+    if (b->gpu && (w->fmt == QRT_WF_BF16 || w->fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(w->n, T);
+    if (b->gpu) return TB_HAND;
 #endif
-    return -1;
+    return TB_MATMUL;
 }
 
 /* Whether kernel v runs its own code at T on weight w (where it cannot, mma_w1 runs in its place: timing it would
@@ -451,6 +476,7 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
 static int kernel_runs(int v, int T, const qrt_linear *w) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0 && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
+    if (v == TB_BLAS) return T >= TB_BLAS_MIN_M;
 #endif
     (void)T, (void)w;
     return 1;
@@ -460,12 +486,12 @@ static const char *kernel_name(qrt_wformat fmt, int v) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0) return fmt == QRT_WF_NVFP4 ? qrt_nvfp4_variant_name(v) : qrt_dense_mma_variant_name(v);
 #endif
-    (void)fmt;
-    return "matmul";
+    return v == TB_BLAS ? "cublasLt" : v == TB_HAND ? "hand" : "matmul";
 }
 
 typedef struct {
-    double pick_pct[TB_MAX_M]; /* % of read of the picked kernel at each M, for the summary */
+    double pick_pct[TB_MAX_M];    /* % of read of the picked kernel at each M, for the summary */
+    double pick_tflops[TB_MAX_M]; /* and its TFLOP/s */
 } tb_summary;
 
 static void record(tilebench *b, const tb_shape *s, const char *fmt, const char *kernel, int T, double ms, int reps,
@@ -538,7 +564,10 @@ static int run_shape_format(tilebench *b, const tb_shape *s, int fi, tb_summary 
             ok = time_cell(b, &W, v[k], x, y, T, &ms, &reps);
             if (!ok) break;
             record(b, s, fmt, kernel_name(wf, v[k]), T, ms, reps, &W, v[k] == pick);
-            if (v[k] == pick) sum->pick_pct[mi] = 100 * (W.bytes / (ms * 1e-3) / 1e9) / b->peak_gbs;
+            if (v[k] == pick) {
+                sum->pick_pct[mi] = 100 * (W.bytes / (ms * 1e-3) / 1e9) / b->peak_gbs;
+                sum->pick_tflops[mi] = 2.0 * (double)s->n * (double)s->k * T / (ms * 1e-3) / 1e12;
+            }
         }
         fflush(stdout);
     }
@@ -628,19 +657,23 @@ static int setup(tilebench *b) {
 }
 
 static void print_summary(const tilebench *b, tb_summary sum[TB_MAX_SHAPES][3]) {
-    printf("\n%% of read bandwidth of the kernel the model runs ('pick'), by M:\n%-12s %-6s", "shape", "format");
-    for (int mi = 0; mi < b->n_m; mi++) printf(" %6d", b->m[mi]);
-    printf("\n");
-    for (int si = 0; si < b->n_shapes; si++)
-        for (int f = 0; f < b->n_fmt; f++) {
-            printf("%-12s %-6s", shape_words[b->shapes[si].id], format_words[b->fmt[f]]);
-            for (int mi = 0; mi < b->n_m; mi++) {
-                double p = sum[si][f].pick_pct[mi];
-                if (p > 0) printf(" %5.1f%%", p);
-                else printf(" %6s", "-");
+    for (int table = 0; table < 2; table++) {
+        printf(table ? "\nTFLOP/s of the kernel the model runs ('pick'), by M:\n%-12s %-6s"
+                     : "\n%% of read bandwidth of the kernel the model runs ('pick'), by M:\n%-12s %-6s",
+               "shape", "format");
+        for (int mi = 0; mi < b->n_m; mi++) printf(" %6d", b->m[mi]);
+        printf("\n");
+        for (int si = 0; si < b->n_shapes; si++)
+            for (int f = 0; f < b->n_fmt; f++) {
+                printf("%-12s %-6s", shape_words[b->shapes[si].id], format_words[b->fmt[f]]);
+                for (int mi = 0; mi < b->n_m; mi++) {
+                    const double p = table ? sum[si][f].pick_tflops[mi] : sum[si][f].pick_pct[mi];
+                    if (p > 0) printf(table ? " %6.3g" : " %5.1f%%", p);
+                    else printf(" %6s", "-");
+                }
+                printf("\n");
             }
-            printf("\n");
-        }
+    }
 }
 
 static json_t *shapes_json(const tilebench *b) {

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_quant.h"
@@ -618,6 +619,11 @@ static void cpu_add_rmsnorm(float *h, const float *y, const float *w, int rows, 
     cpu_rmsnorm(h, w, rows, n, eps, x);
 }
 
+static size_t cpu_mem_available(void) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+}
+
 static const qrt_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -626,6 +632,7 @@ static const qrt_backend cpu_backend = {
     .zero = cpu_zero,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .mem_available = cpu_mem_available,
     .prepare_linear = cpu_prepare_linear,
     .prepare_group = cpu_prepare_group,
     .embed = cpu_embed,

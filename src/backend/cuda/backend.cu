@@ -101,6 +101,11 @@ static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
 static void cuda_download(void *host_dst, const void *src, size_t bytes) {
     QRT_CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
+static size_t cuda_mem_available(void) {
+    size_t free_bytes = 0, total = 0;
+    QRT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+}
 
 /* Upload rows of `row_bytes` from host into device rows of `padded_bytes` (zero padding), so every
  * device row starts 16-byte aligned and the kernels need no tail cases for the weight. */
@@ -286,6 +291,7 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->zero = cuda_zero;
         b->upload = cuda_upload;
         b->download = cuda_download;
+        b->mem_available = cuda_mem_available;
         b->prepare_linear = cuda_prepare_linear;
         b->embed = cuda_embed;
         b->matmul = qrt_cuda_matmul;

@@ -43,6 +43,20 @@ void qrt_dense_mma_variant(int v, const qrt_linear *W, const float *x, int T, fl
 /* The variant the model runs on n rows at T tokens: QRT_DENSE_MMA (a name) if set, else the measured table. */
 int qrt_dense_mma_pick(int64_t n, int T);
 
+/* ---- prefill matmuls on the tensor cores through cuBLASLt (matmul_blas.cu) ---- */
+/* The smallest T at which matmul, matmul_group and matmul_swiglu take this path for weight format fmt (a measured
+ * table; QRT_BLAS_MIN_T overrides it; always above QRT_GRAPH_MAX_T); effectively never for F32. */
+int qrt_cuda_blas_min_t(int fmt);
+/* Whether they take it for a weight (or group) of format fmt holding elems = N·K elements at T tokens: T at least
+ * the format's threshold and the weight not tiny (matmul_blas.cu says why). */
+int qrt_cuda_blas_takes(int fmt, int64_t elems, int T);
+/* y [T][N] = x [T][K] · Wᵀ through the cuBLASLt path at any T (BF16, F16, FP8 block-128, NVFP4 not a pair part). */
+void qrt_cuda_matmul_blas(const qrt_linear *W, const float *x, int T, float *y);
+/* y = x · Wᵀ through the hand kernels at any T (dense, or NVFP4's autotuned variant): matmul off this path. */
+void qrt_cuda_matmul_hand(const qrt_linear *W, const float *x, int T, float *y);
+/* Every part of a group through it (F32 parts through the hand kernel), x converted once. */
+void qrt_cuda_matmul_group_blas(const qrt_linear_group *g, const float *x, int T, float *const *y);
+
 /* ---- helpers for tests and benchmarks (elementwise.cu) ---- */
 /* Fill bytes of device memory with a pseudo-random pattern (a hash of seed and the byte index). */
 void qrt_cuda_fill_random_bytes(void *p, size_t bytes, uint64_t seed);

@@ -1,14 +1,16 @@
-/* Matmul y [T][N] = x [T][K] · Wᵀ, the op the model calls: by weight format, dense (matmul_dense.cu) or NVFP4 (the
- * autotuner's variant, matmul_fp4.cu), one linear or a group of linears that share x (q|k|v, gate|up) in one launch.
+/* Matmul y [T][N] = x [T][K] · Wᵀ, the op the model calls: at prefill sizes (qrt_cuda_blas_takes) on the tensor
+ * cores through cuBLASLt (matmul_blas.cu); below, by weight format, dense (matmul_dense.cu) or NVFP4 (the autotuner's
+ * variant, matmul_fp4.cu), one linear or a group of linears that share x (q|k|v, gate|up) in one launch.
  *
- * Batch invariance: every kernel of a format reduces a row in one fixed order, so a row's result does not depend on T,
- * on the token's place in the batch, or on the variant (test_cuda_ops checks this bit for bit); the autotuner's choice
+ * Batch invariance (outside the cuBLASLt path, so at every decode and verify size): every kernel of a format
+ * reduces a row in one fixed order, so a row's result does not depend on T, on the token's place in the batch, or on
+ * the variant (test_cuda_ops checks this bit for bit); the autotuner's choice
  * never changes a result. The CPU backend uses another (also fixed) order, so CPU and GPU agree to rounding. */
 #include <string.h>
 
 #include "backend/cuda/matmul_fp4.cuh"
 
-void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+extern "C" void qrt_cuda_matmul_hand(const qrt_linear *W, const float *x, int T, float *y) {
     switch (W->fmt) {
     case QRT_WF_BF16:
     case QRT_WF_F16:
@@ -21,6 +23,18 @@ void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
         break;
     default: QRT_ASSERT(!"weight format without a CUDA matmul (prepare_linear refuses it)");
     }
+}
+
+void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+    if (qrt_cuda_blas_takes(W->fmt, W->n * W->k, T)) qrt_cuda_matmul_blas(W, x, T, y);
+    else qrt_cuda_matmul_hand(W, x, T, y);
+}
+
+/* Whether a group runs through cuBLASLt at T: decided on all its rows, by its first part's format. */
+static bool group_takes_blas(const qrt_linear_group *g, int T) {
+    int64_t elems = 0;
+    for (int i = 0; i < g->n; i++) elems += g->part[i]->n * g->part[i]->k;
+    return qrt_cuda_blas_takes(g->part[0]->fmt, elems, T);
 }
 
 /* A paired group's launch: gate and up into y0 and y1 (FP4_PAIR), or silu(gate) · up into y0 (FP4_PAIR_SWIGLU). The
@@ -48,7 +62,7 @@ extern "C" void qrt_nvfp4_matmul_swiglu_variant(int v, const qrt_linear_group *g
 }
 
 void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up) {
-    if (g->paired) {
+    if (g->paired && !group_takes_blas(g, T)) {
         fp4_pair_launch(-1, g, x, T, FP4_PAIR_SWIGLU, y, NULL);
         return;
     }
@@ -58,6 +72,10 @@ void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, fl
 }
 
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    if (group_takes_blas(g, T)) {
+        qrt_cuda_matmul_group_blas(g, x, T, y);
+        return;
+    }
     if (g->paired) {
         fp4_pair_launch(-1, g, x, T, FP4_PAIR, y[0], y[1]);
         return;
