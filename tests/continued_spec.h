@@ -75,13 +75,13 @@ static double cont_mtp_cache_err(const qrt_session *s, const qrt_session *f) {
 }
 
 /* The hidden s kept for its last token against that token's hidden in a plain forward of the tokens s holds, held
- * [pos] (≤ QRT_MAX_T, one piece), run in scratch session f. */
+ * [pos] (≤ f's piece: one piece), run in scratch session f. */
 static double cont_kept_hidden_err(const qrt_session *s, qrt_session *f, const int32_t *held) {
     const int pos = qrt_session_pos(s);
     const float *kept = qrt_session_kept_hidden(s);
     int32_t pick;
     qrt_session_reset(f);
-    if (!kept || pos > QRT_MAX_T || qrt_forward_greedy(f, held, pos, NULL, 1, &pick) != QRT_OK) return INFINITY;
+    if (!kept || pos > f->piece || qrt_forward_greedy(f, held, pos, NULL, 1, &pick) != QRT_OK) return INFINITY;
     return cont_rows_err(s->m, kept, qrt_session_hidden(f, pos - 1), 1, (size_t)s->m->cfg.hidden);
 }
 

@@ -27,16 +27,16 @@ static qrt_status check_logits(const float *logits, int32_t V, int32_t next, int
     return bad ? qrt_fail_nonfinite(pos, "") : QRT_OK;
 }
 
-/* Prefill ids in pieces of QRT_MAX_T (the pieces qrt_forward cuts a long input into anyway, so the result is the
+/* Prefill ids in pieces of s->piece (the pieces qrt_forward cuts a long input into anyway, so the result is the
  * same), checking opts->cancel between them; the last piece gives the first choice. *cancelled: stopped early. */
 static qrt_status prefill_pieces(qrt_session *s, const int32_t *ids, int32_t n, const qrt_gen_opts *opts, float *logits,
                                  int32_t *pick, int *cancelled) {
     int32_t start = 0;
     *cancelled = 0;
     if (opts->cancel)
-        for (; n - start > QRT_MAX_T; start += QRT_MAX_T) {
+        for (; n - start > s->piece; start += s->piece) {
             if (opts->cancel(opts->user)) return *cancelled = 1, QRT_OK;
-            QRT_TRY(qrt_forward(s, ids + start, QRT_MAX_T, NULL, 0, NULL));
+            QRT_TRY(qrt_forward(s, ids + start, s->piece, NULL, 0, NULL));
         }
     if (opts->cancel && opts->cancel(opts->user)) return *cancelled = 1, QRT_OK;
     return logits ? qrt_prefill(s, ids + start, n - start, logits)

@@ -109,8 +109,8 @@ qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t
      * generation that left the session paired it with its own last token, which the new prompt need not repeat) */
     if (P0) mtp_forward(sp, kept, ids, 1, P0 - 1, 0);
     /* piece by piece, so each piece's final hidden states are still in scratch when the MTP reads them */
-    for (int32_t start = 0; start < n; start += QRT_MAX_T) {
-        int T = QRT_MIN(QRT_MAX_T, n - start), last = start + T == n;
+    for (int32_t start = 0; start < n; start += s->piece) {
+        int T = QRT_MIN(s->piece, n - start), last = start + T == n;
         if (sp->opts->cancel && sp->opts->cancel(sp->opts->user)) return *first = -1, QRT_OK;
         QRT_TRY(main_forward(sp, ids + start, T, NULL, last));
         if (last) QRT_TRY(check_main(sp, 1, n - 1));

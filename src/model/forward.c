@@ -4,7 +4,7 @@
 #include "model/model_internal.h"
 
 /* ---------------------------------------------------------------------------------------------------
- * Forward pass (docs/model.md §2) for T ≤ QRT_MAX_T tokens. Blocks read sc->x and write sc->y. */
+ * Forward pass (docs/model.md §2) for T ≤ s->piece tokens. Blocks read sc->x and write sc->y. */
 
 /* Where a forward's requested rows go: their logits (host [n_rows][V]), or only their greedy picks (sc->picks,
  * downloaded at the end into host [n_rows]). */
@@ -156,7 +156,7 @@ static void lm_head(qrt_session *s, const float *h, int r, float *logits, int32_
 /* ---------------------------------------------------------------------------------------------------
  * Running a forward: the arguments checked, long inputs in pieces, the requested rows, the public calls. */
 
-/* One piece of T ≤ QRT_MAX_T tokens; for each k < n_rows, the output after token rows[k] of this piece is the
+/* One piece of T ≤ s->piece tokens; for each k < n_rows, the output after token rows[k] of this piece is the
  * call's requested row idx[k]. Leaves every token's final-normed hidden in sc->hfinal. A greedy decode step or verify
  * (T ≤ QRT_GRAPH_MAX_T, one piece, so idx[k] = k) runs through its graph. */
 static void forward_piece(qrt_session *s, const int32_t *ids, int T, const int32_t *rows, const int32_t *idx,
@@ -181,7 +181,7 @@ static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, co
         if (n_rows > 1) return qrt_fail(QRT_ERR_ARG, "qrt_forward: rows is NULL but n_rows is %d", n_rows);
         rows = &last;
     }
-    if (n_rows < 0 || (n_rows && !out.logits && !out.picks) || (out.picks && n_rows > QRT_MAX_T))
+    if (n_rows < 0 || (n_rows && !out.logits && !out.picks) || (out.picks && n_rows > s->piece))
         return qrt_fail(QRT_ERR_ARG, "qrt_forward: bad logits request");
     if (n > s->max_ctx - s->pos)
         return qrt_fail(QRT_ERR_CONTEXT, "%d tokens do not fit: the session holds %d of %d; make the session with a "
@@ -201,8 +201,8 @@ static qrt_status forward_rows(qrt_session *s, const int32_t *ids, int32_t n, co
     s->kept_pos = s->pos;
     /* Long inputs run in pieces; each piece computes the requested rows that fall inside it. */
     int32_t piece_rows[QRT_MAX_T], piece_idx[QRT_MAX_T];
-    for (int32_t start = 0; start < n; start += QRT_MAX_T) {
-        int T = QRT_MIN(QRT_MAX_T, n - start), k = 0;
+    for (int32_t start = 0; start < n; start += s->piece) {
+        int T = QRT_MIN(s->piece, n - start), k = 0;
         for (int32_t i = 0; i < n_rows; i++)
             if (rows[i] >= start && rows[i] < start + T) {
                 piece_rows[k] = rows[i] - start;
@@ -273,7 +273,7 @@ static void mtp_body(qrt_session *s, const void *arg) {
 
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,
                      int32_t *pick) {
-    QRT_ASSERT(s->m->mtp.present && T >= 1 && T <= QRT_MAX_T && pos0 + T <= s->max_ctx);
+    QRT_ASSERT(s->m->mtp.present && T >= 1 && T <= s->piece && pos0 + T <= s->max_ctx);
     const mtp_args a = {h, tokens, T, pos0, logits, pick ? s->sc.picks : NULL};
     if (pick && !logits && T <= QRT_MAX_VERIFY) { /* a draft step or a catch-up of greedy decoding */
         const qrt_graph_entry key = {.kind = QRT_GRAPH_MTP, .T = T, .h = h};

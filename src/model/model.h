@@ -5,12 +5,10 @@
 #include "io/config.h"
 #include "model/weights.h"
 
-/* Largest T one forward call runs at once; longer inputs are processed in pieces of this size, so every
- * scratch buffer is sized once when the session is made (for min(QRT_MAX_T, max_ctx) tokens: no piece is longer
- * than the context). A multiple of the GDN chunk (64). The prefill matmuls' tensor-core rate grows with the tokens
- * per call (matmul_blas.cu; docs/benchmarks.md, "Prefill matmuls"), but the piece is also the unit a server's
- * prefill can be cancelled at (generate.c, tests/test_server.c): larger pieces need that unit made separate first. */
-#define QRT_MAX_T 256
+/* Largest T one forward call may run at once (the bound of the host arrays sized per piece). A session runs long
+ * inputs in pieces of s->piece = min(the backend's prefill_piece, max_ctx) ≤ QRT_MAX_T tokens, so every scratch
+ * buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
+#define QRT_MAX_T 2048
 
 typedef struct {
     /* Gated DeltaNet (kind LINEAR) */
@@ -65,7 +63,7 @@ struct qrt_model {
     int kv_format;       /* QRT_KV_* of its sessions */
 };
 
-/* Scratch for one forward piece of up to min(QRT_MAX_T, max_ctx) tokens; one allocation, carved at session creation. */
+/* Scratch for one forward piece of up to s->piece tokens; one allocation, carved at session creation. */
 typedef struct {
     float *h;        /* [T][D] residual stream */
     float *x;        /* [T][D] normed input of a block */
@@ -81,7 +79,7 @@ typedef struct {
     float *mg, *mu;  /* [T][F] gate, up */
     float *hfinal;   /* [T][D] final-normed hidden of every token (what lm_head and the MTP read) */
     float *logits;   /* [QRT_MAX_VERIFY][V] logits of up to a verify's rows, before download */
-    int32_t *picks;  /* [QRT_MAX_T] greedy choices of the requested rows, before download */
+    int32_t *picks;  /* [piece] greedy choices of the requested rows, before download */
     float *mtp_u;    /* [T][2D] MTP input: [norm(embedding) | norm(hidden)] */
     float *mtp_e;    /* [T][D] MTP token embeddings */
     float *mtp_out;  /* [T][D] MTP output after mtp.norm: its logits' input and the next draft's hidden */
@@ -133,6 +131,7 @@ typedef struct {
 struct qrt_session {
     qrt_model *m;
     int32_t max_ctx;        /* C */
+    int32_t piece;          /* tokens per forward piece: min(backend prefill_piece, C) */
     int32_t pos;            /* tokens consumed */
     qrt_layer_state *ls;    /* [L] */
     qrt_layer_state mtp;    /* the MTP layer's KV cache, when the model has one */
@@ -186,7 +185,7 @@ void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int 
  * step reads. */
 const float *qrt_mtp_hidden(const qrt_session *s);
 /* qrt_forward for greedy decoding: instead of the requested rows' logits, only their argmax (picks, host
- * [n_rows], n_rows ≤ QRT_MAX_T), computed on the backend: 4 bytes per row come back instead of V floats. The
+ * [n_rows], n_rows ≤ the session's piece), computed on the backend: 4 bytes per row come back instead of V floats. The
  * same tokens as qrt_argmax of qrt_forward's logits. */
 qrt_status qrt_forward_greedy(qrt_session *s, const int32_t *ids, int32_t n, const int32_t *rows, int32_t n_rows,
                               int32_t *picks);

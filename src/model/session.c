@@ -40,11 +40,17 @@ static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
     return 4;
 }
 
+/* Tokens per forward piece: the backend's, never longer than the context. */
+static int32_t session_piece(const qrt_model *m, int32_t max_ctx) {
+    QRT_ASSERT(m->be->prefill_piece > 0 && m->be->prefill_piece <= QRT_MAX_T);
+    return QRT_MIN(m->be->prefill_piece, max_ctx);
+}
+
 /* The pieces of one session allocation: every layer's state, the MTP's KV cache, the scratch. */
 static int session_pieces(qrt_session *s, carve *cv) {
     const qrt_model *m = s->m;
     const qrt_config *c = &m->cfg;
-    const size_t T = (size_t)QRT_MIN(QRT_MAX_T, s->max_ctx); /* no piece is longer than the context */
+    const size_t T = (size_t)s->piece;
     const size_t D = (size_t)c->hidden, F = (size_t)c->intermediate, Dh = (size_t)c->head_dim;
     const size_t kvrow = (size_t)c->n_kv_heads * Dh, vdim = (size_t)c->gdn_v_heads * c->gdn_dv;
     const size_t qdim = (size_t)c->n_heads * Dh, cd = (size_t)m->conv_dim, Hv = (size_t)c->gdn_v_heads;
@@ -89,6 +95,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
     if (!s) return QRT_ERR_MEMORY;
     s->m = m;
     s->max_ctx = max_ctx;
+    s->piece = session_piece(m, max_ctx);
     s->ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s->ls);
     carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
     if (!s->ls || !cv) {
@@ -117,7 +124,7 @@ qrt_status qrt_session_new(qrt_model *m, int32_t max_ctx, qrt_session **out) {
 
 /* Bytes of a session of max_ctx tokens (its one allocation); SIZE_MAX when the host is out of memory. */
 static size_t session_bytes(const qrt_model *m, int32_t max_ctx) {
-    qrt_session s = {.m = (qrt_model *)m, .max_ctx = max_ctx};
+    qrt_session s = {.m = (qrt_model *)m, .max_ctx = max_ctx, .piece = session_piece(m, max_ctx)};
     s.ls = qrt_calloc((size_t)m->cfg.n_layers, sizeof *s.ls);
     carve *cv = qrt_calloc(8 * (size_t)m->cfg.n_layers + 40, sizeof *cv);
     const size_t total = s.ls && cv ? carve_total(cv, session_pieces(&s, cv)) * sizeof(float) : SIZE_MAX;
@@ -162,7 +169,7 @@ void qrt_session_reset(qrt_session *s) {
 int32_t qrt_session_pos(const qrt_session *s) { return s->pos; }
 
 void qrt_session_keep_hidden(qrt_session *s, int t) {
-    QRT_ASSERT(s->m->mtp.present && s->pos > 0 && t >= 0 && t < QRT_MAX_T);
+    QRT_ASSERT(s->m->mtp.present && s->pos > 0 && t >= 0 && t < s->piece);
     s->m->be->copy(s->mtp_hidden, qrt_session_hidden(s, t), sizeof(float) * (size_t)s->m->cfg.hidden);
     s->mtp_hidden_pos = s->pos - 1;
 }

@@ -633,6 +633,7 @@ static const qrt_backend cpu_backend = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .mem_available = cpu_mem_available,
+    .prefill_piece = 256,
     .prepare_linear = cpu_prepare_linear,
     .prepare_group = cpu_prepare_group,
     .embed = cpu_embed,
