@@ -1272,7 +1272,9 @@ static void test_prefill_cancel(void) {
         post("/v1/completions", b, &again), json_decref(again);
         b = ids_body(ids, N, 400);
         if (streamed) json_object_set_new(b, "stream", json_true());
-        hang_up_after("/v1/completions", b, 300);
+        /* a quarter into the prefill: the first piece is done by the time the cancel is seen (it is checked between
+         * pieces), the last one is not */
+        hang_up_after("/v1/completions", b, t_full > 0.04 ? (int)(t_full * 250) : 10);
         t0 = now_s();
         int s2 = post("/v1/completions", ids_body(ids, N, 2), &again);
         double t = now_s() - t0;
@@ -1330,7 +1332,9 @@ static void test_shutdown(void) {
     json_object_set_new(short_body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     int fd = stream_started(short_body);
     CHECK(fd >= 0, "the first request streams");
-    bg_request longq = {.body = fox_body(1000)};
+    /* long enough to outlast the grace on a fast CPU too: no stop token can end it early */
+    bg_request longq = {.body = fox_body(4000)};
+    json_object_set_new(longq.body, "logit_bias", json_pack("{s:i,s:i,s:i}", "2002", -100, "2000", -100, "2047", -100));
     pthread_t tl;
     if (pthread_create(&tl, NULL, bg_stream, &longq)) die("pthread_create");
     /* SIGTERM as soon as the long one waits in the queue, while the first still generates */
@@ -1440,7 +1444,7 @@ int main(int argc, char **argv) {
     make_fixture();
     char queue[16];
     snprintf(queue, sizeof queue, "%d", QUEUE);
-    char *extra[] = {"--ctx", "1024", "--queue", queue, "--max-body", "200000", "--spec-k", "2", "--alias", "fx-alias",
+    char *extra[] = {"--ctx", "4096", "--queue", queue, "--max-body", "200000", "--spec-k", "2", "--alias", "fx-alias",
                      "--shutdown-grace", "3", NULL};
     start_server(extra);
     section("basics", test_basics);
