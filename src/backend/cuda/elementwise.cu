@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(256) argmax_partial(const float *x /* [rows][n
     float bv = -INFINITY;
     int bi = INT_MAX; /* "nothing yet": a real -inf at any index beats it */
     int bad = 0;
-    /* unrolled so that 8 loads are in flight at once (one per iteration waits out a round trip each); the choice is a total order, so the visiting order changes nothing */
+    /* unrolled so that 8 loads are in flight at once (one per iteration waits out a round trip each); the choice is a
+     * total order, so the visiting order changes nothing */
 #pragma unroll 8
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const float v = row[i];
