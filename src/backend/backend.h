@@ -45,8 +45,8 @@ typedef struct qrt_backend {
     /* Bytes alloc could still hand out now: free device memory, or the host's available memory on the CPU. */
     size_t (*mem_available)(void);
     /* Tokens per forward piece of a long input (a multiple of 64, at most QRT_MAX_T): the CPU's matmul gains nothing
-     * past a few hundred tokens, while the GPU's prefill matmuls (cuBLASLt, a weight dequantized once per piece) run
-     * near the tensor cores' rate only at thousands. The piece is also the unit a prefill is cancelled at. */
+     * past a few hundred tokens, while a GPU's prefill matmuls through cuBLASLt (a weight dequantized once per piece)
+     * reach the tensor cores' rate only at thousands. The piece is also the unit a prefill is cancelled at. */
     int prefill_piece;
     /* Called once per weight at load: move it into backend memory in the layout the backend's matmul wants
      * (the CPU reads the checkpoint's mapping in place and does nothing). */
