@@ -216,7 +216,8 @@ static void launch_gemv(int R, const uint8_t *w, int64_t N, int64_t Kp,
 /* Rows per warp of dense_gemv at T tokens on N rows: the fastest in tilebench's BF16 shapes of Qwen3.6-27B on the H200
  * when this kernel still ran BF16 (its per-shape times are in the git history of docs/benchmarks.md; F16 has the
  * same bytes per row and per chunk): short N (5120) gains from sharing x only at 2..4 and 9..16 tokens, long N
- * (16384 and up) at every T, lm_head's 248320 rows most from 4 rows at 5..8 tokens. Every R gives the same bits. QRT_DENSE_ROWS=1|2|4|8 forces one (for tilebench's comparisons). */
+ * (16384 and up) at every T, lm_head's 248320 rows most from 4 rows at 5..8 tokens. Every R gives the same bits.
+ * QRT_DENSE_ROWS=1|2|4|8 forces one (for tilebench's comparisons). */
 static int dense_rows(int T, int64_t N) {
     static int forced = -1;
     if (forced < 0) {
