@@ -112,9 +112,10 @@ typedef struct {
     int32_t n_logit_bias;
 } qrt_sampling;
 
-/* spec_k: speculate with K = 6 when the model has an MTP head and the session is empty or was left by a speculative
- * generation (whose MTP cache covers it), else decode plainly */
+/* spec_k: speculate with K = QRT_SPEC_DEFAULT_K when the model has an MTP head and the session is empty or was left by
+ * a speculative generation (whose MTP cache covers it), else decode plainly */
 #define QRT_SPEC_DEFAULT (-1)
+#define QRT_SPEC_DEFAULT_K 6 /* the default draft length: the K of the benchmark protocol's speculative rows */
 #define QRT_SPEC_MAX_K 16
 
 typedef struct {

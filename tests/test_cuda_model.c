@@ -28,7 +28,8 @@ static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, con
     snprintf(pn, sizeof pn, "gen_prompt_%s", which);
     snprintf(gn, sizeof gn, "gen_%s", which);
     snprintf(ln, sizeof ln, "gen_logits_%s", which);
-    const qrt_st_tensor *pt = ref_tensor(ref, pn, QRT_DT_I32), *gt = ref_tensor(ref, gn, QRT_DT_I32), *lt = ref_tensor(ref, ln, QRT_DT_F32);
+    const qrt_st_tensor *pt = ref_tensor(ref, pn, QRT_DT_I32), *gt = ref_tensor(ref, gn, QRT_DT_I32),
+                        *lt = ref_tensor(ref, ln, QRT_DT_F32);
     if (!pt || !gt || !lt) return;
     int n = (int)pt->shape[0], n_new = (int)gt->shape[0];
     const int32_t V = qrt_model_vocab(m);

@@ -13,8 +13,8 @@
  * /metrics; refused fields naming the field (response_format, tools, tool_choice, sampler ranges) and tool_choice
  * forcing a call; logit_bias, min_p and the penalties (against qwenrt generate's flags); logprobs, plain and
  * streamed; unknown model names (404) and --alias; a hang-up during a long prefill cancelling it; SIGTERM draining
- * in-flight requests for --shutdown-grace, then cutting the rest with an error; a clean exit on SIGTERM. The Python version this replaces also ran curl and the `openai` client when
- * present; those optional checks are gone (they cover the same requests, through other clients).
+ * in-flight requests for --shutdown-grace, then cutting the rest with an error; a clean exit on SIGTERM. The official
+ * `openai` Python client is driven against the same server by tests/openai_client.py (.ci/run).
  *
  * Nothing may hang: every socket operation and child process has a deadline, and a watchdog kills the server and
  * fails the test before CTest's own timeout would leave the server running. */

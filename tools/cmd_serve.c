@@ -234,7 +234,8 @@ static int chat_reply(qrt_reuse *r, const qrt_tokenizer *tok, json_t *msgs, cons
     chat_turn t = {.tok = tok, .hide_thinking = a->hide_thinking, .color = isatty(1)};
     memcpy(t.stop_ids, stop_ids, sizeof t.stop_ids);
     int32_t *out = calloc((size_t)a->n + 1, sizeof *out);
-    ok = ok && out && qrt_detok_stream_new(tok, &t.detok) == QRT_OK && qrt_output_init(&t.out, !a->no_think, 0, a->stops, a->n_stops);
+    ok = ok && out && qrt_detok_stream_new(tok, &t.detok) == QRT_OK &&
+         qrt_output_init(&t.out, !a->no_think, 0, a->stops, a->n_stops);
     qrt_gen_opts go = {.max_new = a->n, .stop_eos = 1, .spec_k = a->spec_k, .sampling = a->sampling,
                        .on_token = chat_token, .user = &t};
     qrt_gen_stats gs;

@@ -34,9 +34,9 @@ void qrt_spec_free(qrt_spec *sp);
  * opts->cancel stopped it between pieces). The session is empty, or a speculative generation left it
  * (qrt_session_kept_hidden is not NULL): then the MTP first redoes its pair at the session's last token with ids[0]. */
 qrt_status qrt_spec_prefill(qrt_spec *sp, const int32_t *ids, int32_t n, int32_t *first);
-/* One cycle's draft, verify and accept; writes the accepted drafts and the bonus token to out [K+1] and how many to *n_out. Fails (with
- * *n_out = 0) when the main model's or the MTP head's logits are not finite, when the session's context is full,
- * or when a draft hook returns no token. */
+/* One cycle's draft, verify and accept; writes the accepted drafts and the bonus token to out [K+1] and how many to
+ * *n_out. Fails (with *n_out = 0) when the main model's or the MTP head's logits are not finite, when the session's
+ * context is full, or when a draft hook returns no token. */
 qrt_status qrt_spec_cycle(qrt_spec *sp, int32_t *out, int *n_out);
 /* End the cycle keeping the first n_keep (1..*n_out) of its tokens out: fewer when the generation stops inside them,
  * so the session holds exactly the tokens given out and can be continued. The main model rolls back to them and the

@@ -35,7 +35,7 @@ void qrt_reuse_reset(qrt_reuse *r) {
 }
 
 static int effective_k(const qrt_reuse *r, int spec_k) {
-    return spec_k == QRT_SPEC_DEFAULT ? (r->m->mtp.present ? 6 : 0) : spec_k;
+    return spec_k == QRT_SPEC_DEFAULT ? (r->m->mtp.present ? QRT_SPEC_DEFAULT_K : 0) : spec_k;
 }
 
 /* qrt_generate needs prompt + max_new - 1 positions, and a speculative cycle K more. */

@@ -14,8 +14,8 @@
  * launch's time is the replay's over the launches, the median of the replays is reported. (Timed one at a time,
  * a launch also pays the host's launch gap, in which the GPU idles: 3-8 µs, a third of a 20 µs kernel; the decode
  * loop never pays it. --timing launch measures that way.) On the CPU each launch is timed alone (the monotonic
- * clock) after warmups; the median is reported. A cell (shape, format, M, kernel) gets reps = clamp(--cell-ms / first time, 3, --reps), which keeps
- * the slow cells (prefill sizes) from dominating the run. */
+ * clock) after warmups; the median is reported. A cell (shape, format, M, kernel) gets reps = clamp(--cell-ms / first
+ * time, 3, --reps), which keeps the slow cells (prefill sizes) from dominating the run. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -81,7 +81,8 @@ static inline __attribute__((always_inline)) void mm_tiles(const float *w, const
 }
 
 /* Rows r0 .. r0+nr (nr ≤ MM_R) of y = x · Wᵀ for all T tokens. */
-__attribute__((target_clones("avx2", "default"))) static void matmul_rows(const qrt_linear *W, int64_t r0, int nr, const float *x, int T, float *y) {
+__attribute__((target_clones("avx2", "default"))) static void matmul_rows(const qrt_linear *W, int64_t r0, int nr,
+                                                                          const float *x, int T, float *y) {
     const int64_t K = W->k;
     float wbuf[MM_R][MM_KB];
     v8 acc[MM_TB][MM_R];
@@ -238,7 +239,8 @@ static void gdn_recurrent_head(const gdn_in *in, int j, int T, float *S, float *
  *   A = strict_lower(β k kᵀ ⊙ e^{γi−γj}); U = (I+A)⁻¹(βV); W = (I+A)⁻¹(β e^γ K)
  *   V' = U − W S; O = (e^γ Q) S + tril(Q Kᵀ ⊙ e^{γi−γj}) V'; S ← e^{γ_last} S + (e^{γ_last−γ} K)ᵀ V'
  * ws holds this head's chunk workspace (gdn_chunk_ws_floats). */
-__attribute__((target_clones("avx2", "default"))) static void gdn_chunk_head(const gdn_in *in, int j, int T, float *S, float *o, float *ws) {
+__attribute__((target_clones("avx2", "default"))) static void gdn_chunk_head(const gdn_in *in, int j, int T, float *S,
+                                                                             float *o, float *ws) {
     const int Dk = in->Dk, Dv = in->Dv, C = GDN_C;
     float *Q = ws, *K = Q + C * Dk, *U = K + C * Dk, *W = U + C * Dv, *A = W + C * Dk, *P = A + C * C,
           *Vn = P + C * C, *gam = Vn + C * Dv, *beta = gam + C, *ovec = beta + C;

@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
     __shared__ float part_o[4][E * 32];
     const int h = blockIdx.x, tl = blockIdx.y, c = blockIdx.z, t = t0 + tl;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n = (pos_dev ? *pos_dev : pos0) + t + 1, len = att_chunk_keys(n), nch = (n + len - 1) / len; /* causal: keys 0..pos */
+    /* causal: keys 0..pos */
+    const int n = (pos_dev ? *pos_dev : pos0) + t + 1, len = att_chunk_keys(n), nch = (n + len - 1) / len;
     if (c >= nch) return; /* the whole block: this token has fewer chunks than the call's last one */
     const int j0 = c * len, j1 = min(n, j0 + len);
     const int g = h / (Hq / Hkv); /* q-head h reads kv-head h // group */
@@ -411,13 +412,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
                  : "r"(smem_addr(p))
                  : "memory");
 }
-/* d += a · b, m16n8k16, bf16 in, f32 accumulate */
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
 /* (x, y) as two bf16 terms: hi = bf16(x, y), lo = bf16 of what hi missed */
 __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t &hi, uint32_t &lo) {
@@ -554,10 +548,10 @@ __global__ void __launch_bounds__(128, 1)
                 for (int np = 0; np < 2; np++) {
                     uint32_t b[4];
                     ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
-                    mma_bf16(s[2 * np], ah, b[0], b[1]);
-                    mma_bf16(s[2 * np], al, b[0], b[1]);
-                    mma_bf16(s[2 * np + 1], ah, b[2], b[3]);
-                    mma_bf16(s[2 * np + 1], al, b[2], b[3]);
+                    mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np], al, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
+                    mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
                 }
             }
             /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
@@ -607,10 +601,10 @@ __global__ void __launch_bounds__(128, 1)
                 for (int nd = 0; nd < DH / 16; nd++) {
                     uint32_t b[4];
                     ldsm_x4_trans(b, vrow + nd * 16);
-                    mma_bf16(o[2 * nd], ph, b[0], b[1]);
-                    mma_bf16(o[2 * nd], pl, b[0], b[1]);
-                    mma_bf16(o[2 * nd + 1], ph, b[2], b[3]);
-                    mma_bf16(o[2 * nd + 1], pl, b[2], b[3]);
+                    mma_bf16_16816(o[2 * nd], ph, b[0], b[1]);
+                    mma_bf16_16816(o[2 * nd], pl, b[0], b[1]);
+                    mma_bf16_16816(o[2 * nd + 1], ph, b[2], b[3]);
+                    mma_bf16_16816(o[2 * nd + 1], pl, b[2], b[3]);
                 }
             }
         }

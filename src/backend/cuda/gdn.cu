@@ -189,12 +189,6 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &sma
     big = to_tf32(x);
     small = to_tf32(x - __uint_as_float(big));
 }
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 /* acc += A·B over k < K for one warp's tile of 16 rows × 8·NT columns, in 3xTF32 on m16n8k8: A(m, k) = A[m·AR + k·AC]
  * and B(k, n) = B[k·BR + n·BC] in shared memory, the pointers at the tile's corner (the strides make a transposed
@@ -214,9 +208,9 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
             uint32_t bb[2], bs[2];
             split_tf32(B[(k0 + t) * BR + (8 * n + g) * BC], bb[0], bs[0]);
             split_tf32(B[(k0 + t + 4) * BR + (8 * n + g) * BC], bb[1], bs[1]);
-            mma_tf32(acc[n], as, bb);
-            mma_tf32(acc[n], ab, bs);
-            mma_tf32(acc[n], ab, bb);
+            mma_tf32_1688(acc[n], as, bb[0], bb[1]);
+            mma_tf32_1688(acc[n], ab, bs[0], bs[1]);
+            mma_tf32_1688(acc[n], ab, bb[0], bb[1]);
         }
     }
 }

@@ -37,13 +37,6 @@ extern "C" {
 #define DENSE_MMA_SPLIT 8  /* warps per block, each a fixed share of K: part of the reduction order */
 #define DENSE_MMA_TOKENS 16 /* tokens per block (two n8 tiles) */
 
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /* Weights are read once: not kept in L1, and first out of the L2 (what later launches read again stays). */
 __device__ __forceinline__ uint4 ld_weights16(const uint4 *p, uint64_t policy) {
@@ -216,7 +209,7 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<FM
                         }
 #pragma unroll
                         for (int part = 0; part < 3; part++)
-                            mma_bf16_16816(p[t], a[0], a[1], a[2], a[3], b[part][0], b[part][1]);
+                            mma_bf16_16816(p[t], a, b[part][0], b[part][1]);
                     }
                 }
 #pragma unroll

@@ -219,13 +219,6 @@ __device__ __forceinline__ uint32_t hmul2_u(uint32_t a, uint32_t b) {
     __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
     return *reinterpret_cast<uint32_t *>(&r);
 }
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /* The codes and scales of one slice for one lane: chunks 4c..4c+3 of rows g (ca, sa) and g+8 (cb, sb);
  * sa.x holds the scale pairs of chunks 0 (low 16 bits) and 1, sa.y those of chunks 2 and 3. */
@@ -334,7 +327,7 @@ __device__ __forceinline__ void fp4_slice_mma(const fp4_slice_regs &cur, const u
                         b = make_uint2(b2.x, b2.y);
                         bnext = make_uint2(b2.z, b2.w);
                     } else b = bnext;
-                    mma_16816(d[q][nt], a[0], a[1], a[2], a[3], b.x, b.y); /* hi and lo columns at once */
+                    mma_f16_16816(d[q][nt], a, b.x, b.y); /* hi and lo columns at once */
                 }
             }
         }
@@ -368,7 +361,7 @@ __device__ __forceinline__ void fp4_chunk_e(const uint4 &ca, const uint4 &cb, co
             const uint2 b = xf_s[(Q * 8 + 2 * wi + h) * 8];
             uint32_t a[4];
             fp4_kstep_a(oa, ob, sha, shb, wi, h, a);
-            mma_16816(d, a[0], a[1], a[2], a[3], b.x, b.y);
+            mma_f16_16816(d, a, b.x, b.y);
         }
     }
     e[0] = d[0] + d[1], e[1] = d[2] + d[3];

@@ -13,8 +13,9 @@
  * registers; a tile split between warps has each slice's p written straight into the shared memory of the warp that
  * holds its last unit (distributed shared memory), and after one cluster barrier that warp sums them in slice order
  * (mma_w1's bits). Why: a split-tile finish through global scratch and atomics, after the last unit, cost a tenth
- * to a sixth of the launch; here it is one barrier and a few shared-memory reads. A warp completes at most one split tile: the one it entered its run inside, if that
- * one ends in its run (a tile that begins inside the run either ends in it, whole, or is completed by a later warp). */
+ * to a sixth of the launch; here it is one barrier and a few shared-memory reads. A warp completes at most one split
+ * tile: the one it entered its run inside, if that one ends in its run (a tile that begins inside the run either ends
+ * in it, whole, or is completed by a later warp). */
 template <int WPB, int D, int CL, bool PAIR>
 __global__ void __launch_bounds__(WPB * 32) fp4_mma_cl(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */,
                                                        const __grid_constant__ fp4_segments seg,
