@@ -8,7 +8,8 @@
  *      accepted tokens one at a time — with the f32, bf16 and fp8 KV caches;
  *   4. sampling: the distribution of the 2nd and 3rd sampled tokens with speculation matches plain
  *      sampling (two-sample chi-square over 2000 seeded runs each, 500 in quick mode; threshold below);
- *   5. failures reach the caller: a cycle in a full context, a draft hook returning no token;
+ *   5. failures reach the caller: a cycle in a full context, a draft hook returning no token; a context that ends
+ *      at the last new token gives plain greedy's output all the same;
  *   6. the cost of one verify (K+1 tokens, one batched forward) against one decode step;
  *   7. continued speculation (a conversation's next turns on one session, tests/continued_spec.h) at K = 1, 3, 6
  *      (quick: 3) with the MTP's own and forced drafts: the tokens and the MTP's proposals of a fresh generation of the whole
@@ -162,6 +163,26 @@ static int32_t bad_draft(int32_t k, int32_t proposed, int32_t pos, void *user) {
     const bad_draft_at *b = user;
     (void)pos;
     return k == b->k ? b->id : proposed;
+}
+
+/* A context that ends exactly at the last new token: the cycles near its end draft fewer tokens, and the output is
+ * still plain greedy's, to the last token. */
+static void test_context_end(env *e) {
+    const int n = e->n_prompt[2];
+    int32_t *truth = plain_greedy(e, e->prompts[2], n, N_NEW);
+    for (int K = 1; K <= 8; K += 7) {
+        qrt_session *s;
+        CHECK_OK(qrt_session_new(e->m, n + N_NEW - 1, &s));
+        int32_t out[N_NEW];
+        qrt_gen_opts go = {.max_new = N_NEW, .spec_k = K};
+        qrt_gen_stats gs = {0};
+        CHECK_OK(qrt_generate(s, e->prompts[2], n, &go, out, &gs));
+        CHECK(gs.n_new == N_NEW && !memcmp(out, truth, sizeof out),
+              "K=%d in a context that ends at the last token: %d tokens, output %s plain greedy's", K, gs.n_new,
+              memcmp(out, truth, sizeof out) ? "differs from" : "equals");
+        qrt_session_free(s);
+    }
+    free(truth);
 }
 
 /* A cycle's failures come back as its status (with nothing accepted), not as tokens from stale results. */
@@ -355,6 +376,7 @@ int main(int argc, char **argv) {
     e.n_prompt[2] = 20;
     test_parity(&e);
     test_cycle_errors(&e);
+    test_context_end(&e);
     for (int p = 0; p < 3; p++) test_rollback_state(&e, p);
     /* the reduced-precision KV caches: rollback stays bit-exact and speculative output equals plain output */
     for (int fmt = QRT_KV_BF16; fmt <= QRT_KV_FP8; fmt++) {

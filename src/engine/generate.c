@@ -109,7 +109,6 @@ qrt_status qrt_generate(qrt_session *s, const int32_t *ids, int32_t n, const qrt
     memset(stats, 0, sizeof *stats);
     stats->n_prompt = n;
     if (opts->max_new == 0) return QRT_OK;
-    /* a speculative cycle may run K tokens past the last one kept, so it needs that much room too */
     int K = opts->spec_k == QRT_SPEC_DEFAULT ? (s->m->mtp.present ? QRT_SPEC_DEFAULT_K : 0) : opts->spec_k;
     /* drafts are verified against unadjusted logits and report none: such generations decode plainly */
     if (qrt_sampling_adjusts(&opts->sampling) || opts->on_logits) K = 0;

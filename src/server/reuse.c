@@ -34,19 +34,13 @@ void qrt_reuse_reset(qrt_reuse *r) {
     r->n_consumed = 0;
 }
 
-static int effective_k(const qrt_reuse *r, int spec_k) {
-    return spec_k == QRT_SPEC_DEFAULT ? (r->m->mtp.present ? QRT_SPEC_DEFAULT_K : 0) : spec_k;
-}
-
-/* qrt_generate needs prompt + max_new - 1 positions, and a speculative cycle K more. */
-static int32_t room_from(const qrt_reuse *r, int32_t pos, int32_t n, int K) {
-    int64_t room = (int64_t)r->max_ctx - pos - n + 1 - K;
+/* qrt_generate needs prompt + max_new - 1 positions (a speculative cycle near the end drafts fewer, spec.c). */
+static int32_t room_from(const qrt_reuse *r, int32_t pos, int32_t n) {
+    int64_t room = (int64_t)r->max_ctx - pos - n + 1;
     return room < 0 ? 0 : (int32_t)room;
 }
 
-int32_t qrt_reuse_room(const qrt_reuse *r, int32_t n, int spec_k) {
-    return room_from(r, 0, n, effective_k(r, spec_k));
-}
+int32_t qrt_reuse_room(const qrt_reuse *r, int32_t n) { return room_from(r, 0, n); }
 
 /* How many of ids the kept state covers: all it consumed when that is a strict prefix, else 0. */
 static int32_t kept_prefix(const qrt_reuse *r, const int32_t *ids, int32_t n) {
@@ -78,7 +72,7 @@ qrt_status qrt_reuse_generate(qrt_reuse *r, const int32_t *ids, int32_t n, qrt_g
     /* a continuation speculates where a speculative generation left the session (its MTP cache covers every kept
      * token); after a plain one (penalties, logprobs) it decodes plainly */
     if (keep && !qrt_session_kept_hidden(r->s)) go.spec_k = 0;
-    int32_t room = room_from(r, keep, n - keep, effective_k(r, go.spec_k));
+    int32_t room = room_from(r, keep, n - keep);
     if (room == 0) return qrt_fail(QRT_ERR_CONTEXT, "the prompt (%d tokens) does not fit the context of %d; restart "
                                    "with a larger --ctx (serve and chat take it)", n, r->max_ctx);
     if (opts->max_new > room) opts->max_new = room;

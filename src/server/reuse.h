@@ -26,7 +26,7 @@ void qrt_reuse_free(qrt_reuse *r);
 void qrt_reuse_reset(qrt_reuse *r);
 
 /* The tokens a generation of n prompt ids may produce at most (0 when the prompt does not fit). */
-int32_t qrt_reuse_room(const qrt_reuse *r, int32_t n, int spec_k);
+int32_t qrt_reuse_room(const qrt_reuse *r, int32_t n);
 
 /* qrt_generate for the whole prompt ids[0..n), reusing the kept state when it is a prefix. opts->max_new is
  * lowered to what fits the context. *reused: prompt tokens not prefilled again (stats->n_prompt counts the

@@ -485,7 +485,7 @@ qrt_job *qrt_worker_submit(qrt_worker *w, qrt_oa_request *req, int *status, char
         snprintf(err, err_size, "the prompt has no tokens");
         goto refuse;
     }
-    if (qrt_reuse_room(&w->reuse, j->n_ids, w->o.spec_k) == 0) {
+    if (qrt_reuse_room(&w->reuse, j->n_ids) == 0) {
         snprintf(err, err_size, "the prompt has %d tokens; this server's context is %d (start it with a larger --ctx)",
                  j->n_ids, w->reuse.max_ctx);
         goto refuse;
