@@ -34,6 +34,14 @@ GEN_LEN = 40
 MIN_MARGIN = 5e-3  # stricter than the 1e-3 requirement, for robustness
 MAX_ATTEMPTS = 50
 
+# The long-prompt reference (reference-long.safetensors) of the models whose spec has "long": True. Prompt and
+# continuation together fill max_position_embeddings (4096), the context the config promises. LONG_ROWS are the
+# positions whose logits are kept: the first, the chunk (64) and CPU piece (256) boundaries near the start, points
+# spread over the prompt, and the last; every row of a 4080-token forward would be 16 MB.
+LONG_LEN = 4080
+LONG_GEN = 16
+LONG_ROWS = (0, 1, 63, 64, 255, 256, 513, 1023, 1024, 2047, 2049, 3071, 4000, LONG_LEN - 1)
+
 L, F = "linear_attention", "full_attention"
 
 # --------------------------------------------------------------------------------------------------
@@ -54,6 +62,7 @@ SPECS = {
         "form": "mm",  # Qwen3_5ForConditionalGeneration layout, keys under model.language_model.
         "dtype": "bfloat16",
         "base_seed": 1000,
+        "long": True,
         "shards": 1,
         "mtp": True,
         "visual": True,
@@ -91,6 +100,7 @@ SPECS = {
         "form": "flat",
         "dtype": "float16",
         "base_seed": 2000,
+        "long": True,
         "shards": 2,
         "mtp": False,
         "visual": False,
@@ -123,6 +133,7 @@ SPECS = {
         "form": "flat",
         "dtype": "float32",
         "base_seed": 3000,
+        "long": True,
         # tied: the same matrix is the LM head, so a large embedding makes every position predict its own
         # input token; keep it small so that the layers, not the token identity, dominate the residual stream
         "embed_std": 0.1,
@@ -425,14 +436,14 @@ def top2_gap(logits):
     return (v[..., 0] - v[..., 1])
 
 
-def greedy(model, prompt, eos_id):
-    gc = GenerationConfig(do_sample=False, max_new_tokens=GEN_LEN, min_new_tokens=GEN_LEN, eos_token_id=None,
+def greedy(model, prompt, eos_id, n_new=GEN_LEN):
+    gc = GenerationConfig(do_sample=False, max_new_tokens=n_new, min_new_tokens=n_new, eos_token_id=None,
                           pad_token_id=eos_id, output_logits=True, return_dict_in_generate=True, use_cache=True)
     with torch.no_grad(), PathCounter() as pc:
         out = model.generate(prompt[None].long(), generation_config=gc)
     seq = out.sequences[0, prompt.numel():]
     logits = torch.stack([x[0] for x in out.logits]).float()
-    assert seq.numel() == GEN_LEN and logits.shape[0] == GEN_LEN
+    assert seq.numel() == n_new and logits.shape[0] == n_new
     assert torch.equal(logits.argmax(-1), seq), "generated tokens are not the argmax of the recorded logits"
     return seq.to(torch.int32), logits, pc.summary()
 
@@ -623,6 +634,75 @@ def try_from_pretrained(d, model, prompt):
         return f"failed: {type(e).__name__}: {e}"
 
 
+def build_long(d, name, spec, model, model_seed, cmd):
+    """The long-prompt reference of one model (reference-long.safetensors / .json in its folder): a LONG_LEN-token
+    prompt, the logits at LONG_ROWS of one forward over it without cache (HF's chunked GDN path, 64 chunks) and a
+    greedy continuation of LONG_GEN tokens with the logits of each step (prefill, then cached decode). The prompt
+    seed is stepped until the continuation's greedy margins exceed MIN_MARGIN."""
+    t = spec["config"]
+    V = t["vocab_size"]
+    assert LONG_LEN + LONG_GEN <= t["max_position_embeddings"]
+    for attempt in range(MAX_ATTEMPTS):
+        prompt_seed = model_seed + 11 + 1000 * attempt
+        prompt = torch.randint(0, V - 1, (LONG_LEN,), generator=torch.Generator().manual_seed(prompt_seed))
+        gen, gen_logits, gen_paths = greedy(model, prompt, t["eos_token_id"], LONG_GEN)
+        margin = float(top2_gap(gen_logits).min())
+        print(f"[{name} long] prompt seed {prompt_seed}: margin {margin:.4g} -> "
+              f"{'ok' if margin > MIN_MARGIN else 'retry'}", flush=True)
+        if margin > MIN_MARGIN:
+            break
+    else:
+        raise SystemExit(f"{name}: no long prompt with greedy margins > {MIN_MARGIN}")
+    rows = torch.tensor(LONG_ROWS, dtype=torch.int32)
+    with torch.no_grad(), PathCounter() as pc:
+        full = model(prompt[None].long(), use_cache=False).logits[0].float()
+    fwd_paths = pc.summary()
+    logits = full[rows.long()].contiguous()
+    with torch.no_grad():
+        # HF's own spread at this length: teacher-forced single forward (chunked GDN) vs the cached decode logits
+        seq = torch.cat([prompt, gen.long()[:-1]])
+        tf = model(seq[None].long(), use_cache=False).logits[0, LONG_LEN - 1:].float()
+        # how much the far context moves the last row: the same last token seen after only its last W tokens
+        # (RoPE is relative and GDN has no positions, so only the dropped keys and state differ)
+        window = {}
+        for W in (256, 2048):
+            last = model(prompt[None, -W:].long(), use_cache=False).logits[0, -1].float()
+            window[f"last_{W}"] = float((last - full[-1]).abs().max() / full[-1].abs().max())
+    tensors = {"prompt": prompt.to(torch.int32), "rows": rows, "logits": logits, "gen": gen,
+               "gen_logits": gen_logits.contiguous()}
+    save_file(tensors, os.path.join(d, "reference-long.safetensors"), metadata={"format": "pt"})
+    ref = {
+        "model": name,
+        "command": cmd,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "model_seed": model_seed,
+        "prompt_seed": prompt_seed,
+        "prompt_seed_attempts": attempt + 1,
+        "reference_tensors": {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)}
+                              for k, v in tensors.items()},
+        "rows": list(LONG_ROWS),
+        "rows_argmax": logits.argmax(-1).tolist(),
+        "rows_top2_gap (informational, not constrained)": [round(float(g), 6) for g in top2_gap(logits)],
+        "gen": gen.tolist(),
+        "margin_gen": margin,
+        "hf_gdn_paths": {f"prefill_{LONG_LEN}": fwd_paths, "generate": gen_paths},
+        "hf_consistency": {
+            "gen_vs_teacher_forced_max_abs": float((tf - gen_logits).abs().max()),
+            "gen_vs_teacher_forced_max_row_rel": float(((tf - gen_logits).abs().amax(-1)
+                                                        / gen_logits.abs().amax(-1)).max()),
+            f"gen_logits[0]_vs_logits[{LONG_LEN - 1}]_max_abs": float((gen_logits[0] - logits[-1]).abs().max()),
+        },
+        "last_row_change_when_context_cut_to_W_tokens (row-relative)": window,
+        "logits_stats": {"mean": float(full.mean()), "std": float(full.std()),
+                         "distinct_argmax_over_all_positions": len(set(full.argmax(-1).tolist())), "vocab": V},
+    }
+    with open(os.path.join(d, "reference-long.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    return ref
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
@@ -633,7 +713,10 @@ def main():
     transformers.logging.set_verbosity_error()
     cmd = "python3 scripts/make_fixtures.py " + outdir
     for name, spec in SPECS.items():
-        build_one(outdir, name, spec, cmd)
+        ref = build_one(outdir, name, spec, cmd)
+        if spec.get("long"):
+            model, _ = load_hf_model(os.path.join(outdir, name))
+            build_long(os.path.join(outdir, name), name, spec, model, ref["seed"], cmd)
 
 
 if __name__ == "__main__":
