@@ -8,6 +8,7 @@ For every model in SPECS this writes tests/data/<name>/ containing
   *.safetensors (+ index)          weights in the stored dtype (BF16 / F16 / F32)
   reference.safetensors            HF transformers float32 references (F32 / I32 tensors)
   reference.json                   human-readable summary of the above
+  reference-long.safetensors/.json the long prompt (LONG_LEN tokens): logits at LONG_ROWS, LONG_GEN greedy tokens
 Everything is deterministic: weights and prompts come from seeded torch generators, and the HF model
 is built from exactly the stored (dtype-rounded) weight values, widened to float32.
 See tests/data/README.md for the file descriptions.
@@ -161,14 +162,49 @@ SPECS = {
             "dtype": "float32",
         },
     },
+    "tiny-longmem": {
+        "form": "flat",
+        "dtype": "bfloat16",
+        "base_seed": 4000,
+        "long": True,
+        "embed_std": 0.1,  # tied, as tiny-tied
+        # Slow GDN decay, so that a head's state carries over thousands of tokens (in the other fixtures the decay
+        # e^{-A·softplus(a + dt_bias)} per token, A ~ U(1, 16), empties the state within a chunk of 64): A ~ U(0.005, 0.5),
+        # dt_bias ~ N(-4, 1).
+        "A_range": (0.005, 0.5),
+        "dt_bias_mean": -4.0,
+        "shards": 1,
+        "mtp": False,
+        "visual": False,
+        "config": {
+            "architectures": ["Qwen3_5ForCausalLM"],
+            "model_type": "qwen3_5_text",
+            "vocab_size": 256,
+            **COMMON,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "layer_types": [L, F, L],
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 32,
+            "linear_value_head_dim": 32,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+            "tie_word_embeddings": True,
+            "eos_token_id": 255,
+            "dtype": "bfloat16",
+        },
+    },
 }
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 # Weight distributions (see README): linears N(0, LIN_GAIN/sqrt(fan_in)), embeddings N(0, EMBED_STD)
-# (tiny-tied: spec["embed_std"]), lm_head N(0, LM_HEAD_STD),
-# (1+w) RMSNorm weights w ~ N(0, 0.1), linear_attn.norm.weight ~ 1 + N(0, 0.1), A_log = log U(1,16),
-# dt_bias ~ N(0, 1), conv1d ~ N(0, 0.3).
+# (tiny-tied, tiny-longmem: spec["embed_std"]), lm_head N(0, LM_HEAD_STD),
+# (1+w) RMSNorm weights w ~ N(0, 0.1), linear_attn.norm.weight ~ 1 + N(0, 0.1), A_log = log U(1,16)
+# (spec["A_range"]: log U(lo, hi)), dt_bias ~ N(0, 1) (spec["dt_bias_mean"]: N(mean, 1)), conv1d ~ N(0, 0.3).
 LIN_GAIN = 1.0
 EMBED_STD = 1.0
 LM_HEAD_STD = 0.1
@@ -299,14 +335,17 @@ VISUAL_SHAPES = {
 }
 
 
-def draw(name, shape, gen, embed_std):
-    """Draw one tensor in float32 according to its role."""
+def draw(name, shape, gen, spec):
+    """Draw one tensor in float32 according to its role (and the spec's overrides of the distributions)."""
     leaf = name.split(".")[-2] if name.endswith(".weight") or name.endswith(".bias") else name.split(".")[-1]
     if name.endswith("linear_attn.norm.weight"):
         return 1.0 + NORM_STD * torch.randn(shape, generator=gen)
     if name.endswith("A_log"):
-        return torch.log(1.0 + 15.0 * torch.rand(shape, generator=gen))
+        lo, hi = spec.get("A_range", (1.0, 16.0))
+        return torch.log(lo + (hi - lo) * torch.rand(shape, generator=gen))
     if name.endswith("dt_bias"):
+        if "dt_bias_mean" in spec:
+            return spec["dt_bias_mean"] + torch.randn(shape, generator=gen)
         return torch.randn(shape, generator=gen)
     if name.endswith("conv1d.weight"):
         return 0.3 * torch.randn(shape, generator=gen)
@@ -314,7 +353,7 @@ def draw(name, shape, gen, embed_std):
         assert len(shape) == 1, name
         return NORM_STD * torch.randn(shape, generator=gen)
     if name.endswith("embed_tokens.weight"):
-        return embed_std * torch.randn(shape, generator=gen)
+        return spec.get("embed_std", EMBED_STD) * torch.randn(shape, generator=gen)
     if name == "lm_head.weight":
         return LM_HEAD_STD * torch.randn(shape, generator=gen)
     if len(shape) == 1:  # dummy bias
@@ -340,7 +379,7 @@ def make_weights(spec, seed):
     dt = DTYPES[spec["dtype"]]
     out = {}
     for k in sorted(stored_shapes):  # fixed order => deterministic
-        out[k] = draw(k, stored_shapes[k], gen, spec.get("embed_std", EMBED_STD)).to(dt).contiguous()
+        out[k] = draw(k, stored_shapes[k], gen, spec).to(dt).contiguous()
     return out
 
 
@@ -404,6 +443,7 @@ class PathCounter:
 
     def __init__(self):
         self.calls = []
+        self.gates = []
         self._orig = {}
 
     def __enter__(self):
@@ -414,6 +454,7 @@ class PathCounter:
             def wrapped(*a, _orig=orig, _name=name, **kw):
                 q = a[0] if a else kw["query"]
                 self.calls.append((_name, q.shape[1], kw.get("initial_state") is not None))
+                self.gates.append(kw["g"][0] if "g" in kw else a[3][0])  # [T][Hv] log-decay per token
                 return _orig(*a, **kw)
 
             setattr(hf_qwen35, name, wrapped)
@@ -657,6 +698,8 @@ def build_long(d, name, spec, model, model_seed, cmd):
     with torch.no_grad(), PathCounter() as pc:
         full = model(prompt[None].long(), use_cache=False).logits[0].float()
     fwd_paths = pc.summary()
+    # how far back a GDN layer's state reaches: per layer, the slowest head's tokens to decay to 1% (mean log-decay)
+    memory = [round(math.log(0.01) / float(g.double().mean(0).max()), 1) for g in pc.gates]
     logits = full[rows.long()].contiguous()
     with torch.no_grad():
         # HF's own spread at this length: teacher-forced single forward (chunked GDN) vs the cached decode logits
@@ -694,6 +737,7 @@ def build_long(d, name, spec, model, model_seed, cmd):
             f"gen_logits[0]_vs_logits[{LONG_LEN - 1}]_max_abs": float((gen_logits[0] - logits[-1]).abs().max()),
         },
         "last_row_change_when_context_cut_to_W_tokens (row-relative)": window,
+        "gdn_memory_tokens (per GDN layer, slowest head: tokens for its state to decay to 1%)": memory,
         "logits_stats": {"mean": float(full.mean()), "std": float(full.std()),
                          "distinct_argmax_over_all_positions": len(set(full.argmax(-1).tolist())), "vocab": V},
     }
