@@ -6,7 +6,7 @@ Usage:  python3 scripts/check_fixture.py tests/data/tiny-mm
 Loads the checkpoint the same way make_fixtures.py does (stored values widened to float32, eager attention,
 CPU), runs a single forward over reference.safetensors' `prompt` (or over ids 0..9 if there is no reference),
 prints the argmax of positions 0..9 and, when a reference exists, whether it matches and the max |diff| of
-the logits.
+the logits; with reference-long.safetensors, also the max |diff| of the long prompt's stored rows.
 """
 
 import os
@@ -40,6 +40,13 @@ def main():
         ram = ref["logits"][:10].argmax(-1).tolist()
         print("reference argmax  ", ram, "match" if ram == am else "MISMATCH")
         print("max |logits - reference| over all positions: %.3g" % (logits - ref["logits"]).abs().max().item())
+    long_path = os.path.join(d, "reference-long.safetensors")
+    if os.path.exists(long_path):
+        long = load_file(long_path)
+        with torch.no_grad():
+            rows = model(long["prompt"][None].long(), use_cache=False).logits[0, long["rows"].long()].float()
+        print("long prompt (%d tokens): max |logits - reference| over its %d rows: %.3g"
+              % (long["prompt"].numel(), rows.shape[0], (rows - long["logits"]).abs().max().item()))
 
 
 if __name__ == "__main__":
