@@ -54,24 +54,25 @@ static const char *cublasLt_status_name(cublasStatus_t s) {
 }
 
 /* ---- when this path runs ------------------------------------------------------------------------------
- * From T = qrt_cuda_blas_min_t(fmt), by format: the smallest M at which tilebench shows cuBLASLt beating the hand
- * kernel on every 27B shape. No GPU has run this path yet, so the table holds "never" for every format until
- * tilebench has measured it and test_cuda_ops has passed on a GPU (docs/benchmarks.md, "Prefill matmuls", gives the
- * calls); QRT_BLAS_MIN_T=64 turns it on for those runs. Never at T ≤ QRT_GRAPH_MAX_T (see
- * the header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
- * 128-wide layers) a GEMM is a few microseconds either way, and the hand kernels keep those models' results
- * within their tight tolerances of the reference. QRT_BLAS_MIN_T overrides the table for every format but F32
- * (measurements; 0 or unset: the table). */
+ * From T = qrt_cuda_blas_min_t(fmt), by format: the smallest M at which tilebench shows cuBLASLt (x conversion and
+ * dequantization included) beating the hand kernel on every 27B shape and staying ahead up to M = 8192
+ * (docs/benchmarks.md, "Prefill matmuls", has the table): BF16 from 64 (the smallest M timed; 3-4x ahead there), NVFP4
+ * from 192 (at 128 mma_gemm still wins on every shape, the dequantization being a fixed cost). F16 (its values
+ * rounded to bf16 here) and FP8 are not measured and keep the hand kernels. Never at T ≤ QRT_GRAPH_MAX_T (see the
+ * header); and only for weights (or groups) of at least BLAS_MIN_ELEMS elements: below that (the test fixtures'
+ * 128-wide layers) a GEMM is a few microseconds either way, and the hand kernels keep those models' results within
+ * their tight tolerances of the reference. QRT_BLAS_MIN_T overrides the table for every format but F32 (for
+ * measurements; 0 or unset: the table). */
 #define BLAS_MIN_ELEMS ((int64_t)1 << 21)
 /* A format whose crossover is not measured yet: off unless QRT_BLAS_MIN_T asks for it. */
 #define QRT_BLAS_UNMEASURED (1 << 29)
 
 static int blas_table_min_t(int fmt) {
     switch (fmt) {
-    case QRT_WF_BF16:
+    case QRT_WF_BF16: return 64;
+    case QRT_WF_NVFP4: return 192;
     case QRT_WF_F16:
-    case QRT_WF_FP8B:
-    case QRT_WF_NVFP4: return QRT_BLAS_UNMEASURED;
+    case QRT_WF_FP8B: return QRT_BLAS_UNMEASURED;
     default: return 1 << 30; /* F32: the hand kernel always */
     }
 }
