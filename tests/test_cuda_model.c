@@ -2,8 +2,8 @@
  * greedy generation reproduces the Hugging Face continuations stored in reference.safetensors
  * (gen_long after the 130-token prompt, gen_short after the 5-token one; 40 tokens each), and report how
  * far the first-step logits are from HF's; after the 4080-token prompt of reference-long.safetensors, HF's logits
- * at 14 positions and 16 greedy tokens with their logits (run_long_case). On the model with an MTP head, speculative decoding at K = 1..8
- * must give the same tokens, also with drafts forced to agree (full accepts) or to fail at every position
+ * at 14 positions and 16 greedy tokens with their logits (run_long_case; on tiny-mm also with the bf16 and fp8 KV
+ * caches). On the model with an MTP head, speculative decoding at K = 1..8 must give the same tokens, also with drafts forced to agree (full accepts) or to fail at every position
  * (rollback at each j) on the GPU. CUDA graphs (on by default) must give exactly the tokens of plain launches
  * (QRT_CUDA_GRAPHS=0's path), in plain greedy decoding and speculative at several K, over positions that cross
  * attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must actually be
@@ -73,7 +73,11 @@ static void run_case(qrt_model *m, const qrt_st_set *ref, const char *model, con
  * chunks, its own GDN chunk tiling, which test_cuda_ops holds to 1e-4 of the CPU's), while a RoPE or key-range error
  * at long positions moves these rows by 1e-2 or more (measured on the CPU). */
 #define LONG_TOL 2e-4
-static void run_long_case(qrt_model *m, const char *dir, const char *model) {
+/* With the bf16 and fp8 KV caches the rows carry the cache's rounding: the CPU's worst row-relative errors on tiny-mm are
+ * 3.3e-3 (bf16) and 4.3e-2 (fp8), both at position 1 (two keys, one rounded value dominating); about 3x and 2.3x that.
+ * The 16 greedy tokens must still be HF's. */
+static const double LONG_TOL_KV[2] = {1e-2, 1e-1};
+static void run_long_case(qrt_model *m, const char *dir, const char *model, double tol) {
     char path[1100];
     snprintf(path, sizeof path, "%s/reference-long.safetensors", dir);
     qrt_st_set ref = {0};
@@ -112,13 +116,13 @@ static void run_long_case(qrt_model *m, const char *dir, const char *model) {
             if (tok != want[i]) first_bad = i;
             else if (i + 1 < n_new) decoded = qrt_decode(s, tok, step) == QRT_OK;
         }
-        const int ok = worst <= LONG_TOL && worst_step <= LONG_TOL && first_bad < 0 && decoded;
+        const int ok = worst <= tol && worst_step <= tol && first_bad < 0 && decoded;
         CHECK(ok, "%s long prompt %d: row-relative logit error %.3g at position %d, %.3g over the greedy steps "
               "(tolerance %.1g); greedy token %d differs from HF's (-1: none)%s%s", model, n, worst, worst_row, worst_step,
-              LONG_TOL, first_bad, decoded ? "" : "; decode: ", decoded ? "" : qrt_last_error());
+              tol, first_bad, decoded ? "" : "; decode: ", decoded ? "" : qrt_last_error());
         printf("%s %-10s long  prompt %d: %d rows, max row-relative logit error %.2e (at %d); %d greedy tokens %s HF's, "
                "steps %.2e (tolerance %.0e)\n", ok ? "ok  " : "FAIL", model, n, n_rows, worst, worst_row, n_new,
-               first_bad < 0 && decoded ? "equal" : "differ from", worst_step, LONG_TOL);
+               first_bad < 0 && decoded ? "equal" : "differ from", worst_step, tol);
     }
     qrt_session_free(s);
     free(logits);
@@ -336,25 +340,29 @@ static void run_nvfp4_case(const char *data_dir, int device) {
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpl);
 }
 
-/* The bf16 and fp8 KV caches on the GPU (tensor-core attention, split over fixed key chunks in decode and verify):
- * speculative decoding and graph replays give plain decoding's tokens on tiny-mm (MTP head, head_dim 32). Positions
+/* The bf16 and fp8 KV caches: the long prompt against HF (run_long_case, LONG_TOL_KV) on either device; on the GPU
+ * (tensor-core attention, split over fixed key chunks in decode and verify) speculative decoding and graph replays
+ * give plain decoding's tokens on tiny-mm (MTP head, head_dim 32). Positions
  * 130..330 cross three 64-key chunk boundaries, 1000..1060 the change to 256-key chunks at 1024; the prompts are
  * prefilled by the long-call path. */
-static void run_kv_cases(const char *data_dir) {
+static void run_kv_cases(const char *data_dir, int device) {
     char dir[1024], refpath[1100];
     snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
     snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
     const int fmts[] = {QRT_KV_BF16, QRT_KV_FP8};
     const char *names[] = {"tiny-mm/bf16", "tiny-mm/fp8"};
     for (int i = 0; i < 2; i++) {
-        qrt_load_opts opts = {.device = QRT_DEVICE_CUDA, .kv_format = fmts[i]};
+        qrt_load_opts opts = {.device = device, .kv_format = fmts[i]};
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
         if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
             CHECK(0, "%s: %s", names[i], qrt_last_error());
         } else {
-            run_graph_cases(m, &ref, names[i], 130, 200);
-            run_graph_cases(m, &ref, names[i], 1000, 60);
+            run_long_case(m, dir, names[i], LONG_TOL_KV[i]);
+            if (device == QRT_DEVICE_CUDA) {
+                run_graph_cases(m, &ref, names[i], 130, 200);
+                run_graph_cases(m, &ref, names[i], 1000, 60);
+            }
         }
         qrt_st_close(&ref);
         qrt_model_free(m);
@@ -384,7 +392,7 @@ int main(int argc, char **argv) {
         } else {
             run_case(m, &ref, models[i], "long");
             run_case(m, &ref, models[i], "short");
-            run_long_case(m, dir, models[i]);
+            run_long_case(m, dir, models[i], LONG_TOL);
             if (m->mtp.present) run_spec_cases(m, &ref, models[i]);
             if (m->mtp.present) run_continued_cases(m, &ref, models[i], device);
             if (device == QRT_DEVICE_CUDA) {
@@ -396,7 +404,7 @@ int main(int argc, char **argv) {
         qrt_st_close(&ref);
         qrt_model_free(m);
     }
-    if (device == QRT_DEVICE_CUDA) run_kv_cases(argv[1]);
+    run_kv_cases(argv[1], device);
     run_nvfp4_case(argv[1], device);
     return test_exit("cuda_model");
 }
