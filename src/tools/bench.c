@@ -65,6 +65,8 @@ static const char *usage =
     "  other, as ms, % of the op total and GB/s (weight bytes / ms) of the matmul categories.\n"
     "  Byte floors: per row, the least a token, the verify and the chain can take at the read bandwidth\n"
     "  measured at the start (every byte they must move, read once), and each as % of the measured time.\n"
+    "  Device memory (GPU): the model's, the session's (KV cache, one prefill piece's scratch) and what the ops\n"
+    "  grew on demand during the rows, from the device's free memory before and after each.\n"
     "exit status: 0, 1 (error), 2 (bad arguments), 3 (output hashes differed between reps).\n";
 
 /* The seed text of the repeat prompt (any fixed English works; this one is ordinary prose). */
@@ -551,6 +553,26 @@ static const char *tags_for(const bench *b, int simulated) {
     return simulated ? "[simulated AL]" : "";
 }
 
+/* Device memory in bytes at the points bench reports (GPU only: the CPU backend's "available" is the host's free
+ * memory, which the page cache and other processes move). */
+typedef struct {
+    double total, before, model, session, after; /* free bytes before the model, after it, after the session, after
+                                                    the rows; total: the device's */
+} mem_marks;
+
+static void print_memory(const mem_marks *mm, const qrt_session *s) {
+    printf("# device memory: model %.2f GB, session of %d positions %.2f GB (KV cache and one %d-token piece's "
+           "scratch), %.2f GB free of %.1f GB\n", (mm->before - mm->model) / 1e9, s->max_ctx,
+           (mm->model - mm->session) / 1e9, s->piece, mm->session / 1e9, mm->total / 1e9);
+}
+
+static json_t *memory_json(const mem_marks *mm) {
+    if (mm->total <= 0) return json_null();
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "total_bytes", (json_int_t)mm->total, "model_bytes",
+                     (json_int_t)(mm->before - mm->model), "session_bytes", (json_int_t)(mm->model - mm->session),
+                     "scratch_bytes", (json_int_t)(mm->session - mm->after), "free_after_bytes", (json_int_t)mm->after);
+}
+
 /* ---- the command --------------------------------------------------------------------------------- */
 
 static int run(bench *b) {
@@ -560,6 +582,9 @@ static int run(bench *b) {
     qrt_devinfo_get(&d, gpu);
     double build_s = 0;
     if (!load(b, gpu, &build_s)) return 1;
+    mem_marks mm = {0};
+    const int gpu_mem = gpu && d.gpu;
+    if (gpu_mem) mm.total = d.mem_gb * 1e9, mm.before = d.mem_free_gb * 1e9, mm.model = (double)b->real_be->mem_available();
     const int simulated = b->sim_al >= 0;
     b->tags = tags_for(b, 0);
     int use_chat = !strcmp(b->prompt, "chat");
@@ -591,6 +616,7 @@ static int run(bench *b) {
         fprintf(stderr, "qwenrt bench: %s\n", qrt_last_error());
         return 1;
     }
+    if (gpu_mem) mm.session = (double)b->real_be->mem_available();
     /* the header */
     char line[512], date[32];
     time_t now = time(NULL);
@@ -625,6 +651,7 @@ static int run(bench *b) {
         printf("# graph cache: CUDA graphs of the greedy decode step (T=1), the verify (T=K+1), the MTP draft step and "
                "catch-up, the rollback, one per key, recorded after its first (plain) run and replayed at every "
                "position (QRT_CUDA_GRAPHS=0: off); prefill and the profiled generation run plainly\n");
+    if (gpu_mem) print_memory(&mm, b->s);
     const double bw_gbs = measure_read_gbs(gpu, &d);
     if (bw_gbs > 0) printf("# read bandwidth: %.0f GB/s (one streaming read, now; the byte floors use it)\n", bw_gbs);
     fflush(stdout);
@@ -644,6 +671,11 @@ static int run(bench *b) {
         }
         if (ok && b->parity) ok = run_parity(b, prompts[p], lens[p], kmax, jparity);
     }
+    if (ok && gpu_mem) {
+        mm.after = (double)b->real_be->mem_available();
+        printf("# device memory after the rows: %.2f GB free (the ops' grow-on-demand scratch took %.2f GB)\n",
+               mm.after / 1e9, (mm.session - mm.after) / 1e9);
+    }
     if (ok) print_table(b, rows, n_rows);
     if (ok) print_floors(b, rows, n_rows, &tb, bw_gbs);
     int all_identical = 1;
@@ -654,12 +686,13 @@ static int run(bench *b) {
                       "name", b->synthetic ? b->synthetic : b->dir, "format", format_label(b->m), "mtp",
                       b->m->mtp.present, "build_s", qrt_json_real(build_s), "weight_bytes_per_token",
                       (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
-        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o}", "tool",
+        json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o, s:o}",
+                              "tool",
                               "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
                               qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps", b->reps,
                               "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
                               simulated ? qrt_json_real(b->sim_al) : json_null(), "kv", kv_words[b->kv], "rows", jrows,
-                              "parity", jparity);
+                              "parity", jparity, "memory", memory_json(&mm));
         ok = qrt_write_json(j, b->json_path) == 0;
         json_decref(j);
     } else {
