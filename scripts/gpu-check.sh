@@ -1,47 +1,59 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: the gpu-labelled tests (every CUDA op and matmul variant against the CPU
-# backend; the fixture models end to end) and the NVFP4 tilebench. Build here first:
-#   cmake -S . -B build-cuda -DQRT_CUDA=ON && cmake --build build-cuda -j
-# then run it with the device tool, carrying the binaries: carry ["build-cuda/bin"], command
-#   bash scripts/gpu-check.sh
-# Full logs go to $OUT (the device tool returns that folder); a short table is printed last.
-# The binaries are run directly rather than through ctest: only build-cuda/bin travels, not the build tree.
-# The device tool sends the session's main checkout, not a helper's worktree: from a worktree, copy bin/,
-# this script and tests/data into one git-ignored folder of the main checkout (build-*), carry that, and run
-#   cd FOLDER && QRT_COMMIT=<hash> BIN=bin bash gpu-check.sh
+# One call on the GPU machine: the gpu-labelled tests (every CUDA op and matmul variant against the CPU backend; the
+# fixture models end to end, the 4080-token references included), then the protocol's headline rows for both
+# layouts (docs/benchmarks.md: ctx 128 and 8192, K = 0 and 6 at simulated AL 3.86, parity). Build here first:
+#   cmake -S . -B build-cuda -DQRT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build build-cuda -j
+# copy build-cuda/bin/{qwenrt,test_cuda_ops,test_cuda_model} into a git-ignored folder of the main checkout (build-*),
+# carry that folder with the device tool, and run from the repository root:
+#   BIN=build-x QRT_COMMIT=<hash> bash scripts/gpu-check.sh
+# Environment: BUDGET (seconds, default 450: a step that would start past it is skipped and says so),
+# SANITIZE=1 (also compute-sanitizer over test_cuda_model, ~2 min), TILEBENCH=1 (also the decode-size tilebench).
+# Logs go to $OUT (the device tool returns that folder; it returns a limited number of files, so there are few);
+# a short table is printed last.
 set -u
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-gpu-check-out}
+BUDGET=${BUDGET:-450}
 mkdir -p "$OUT"
 export QRT_CACHE_DIR="$OUT/tune" # the autotune cache comes back with the logs
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+T0=$SECONDS
 {
   echo "commit ${QRT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")} date $(date -u +%Y-%m-%dT%H:%MZ)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total,temperature.gpu,power.draw \
-    --format=csv 2>&1
-} > "$OUT/device.txt"
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total,temperature.gpu,power.draw \
+    --format=csv,noheader 2>&1
+} > "$OUT/summary.txt"
 
-run() { # name timeout_s command...
+step() { # name timeout_s command...: skipped when it could run past BUDGET
   local name=$1 limit=$2
   shift 2
-  local t0=$(date +%s.%N)
+  local left=$((BUDGET - (SECONDS - T0)))
+  if [ "$left" -lt 20 ]; then
+    echo "$name skipped: $((SECONDS - T0)) s of the $BUDGET s budget used" >> "$OUT/summary.txt"
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local t=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  printf '%-16s rc=%-3d %6.1f s\n' "$name" "$rc" "$(python3 -c "print($(date +%s.%N) - $t0)" 2>/dev/null || echo 0)" \
-    >> "$OUT/summary.txt"
+  echo "$name rc=$rc $((SECONDS - t)) s" >> "$OUT/summary.txt"
   return $rc
 }
-: > "$OUT/summary.txt"
-run cuda_ops 300 "$BIN/test_cuda_ops"
-run cuda_model 120 "$BIN/test_cuda_model" tests/data
-run tilebench 200 "$BIN/qwenrt" tilebench
-# out-of-bounds and uninitialised reads across a whole forward pass (the fixture models), where available
-if command -v compute-sanitizer > /dev/null; then
-  run sanitizer_model 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
+table() { sed -n '/^ *ctx *K *TTFT/,/^$/p' "$OUT/$1.log"; grep -h "^parity\|device memory" "$OUT/$1.log"; }
+
+step cuda_model 150 "$BIN/test_cuda_model" tests/data
+step cuda_ops 240 "$BIN/test_cuda_ops"
+rows=(--synthetic qwen3.6-27b --ctx 128,8192 -K 0,6 --sim-al 3.86 --parity -n 64 --reps 1 --no-breakdown)
+step bench_stored 150 "$BIN/qwenrt" bench --format stored "${rows[@]}"
+step bench_nvfp4 150 "$BIN/qwenrt" bench --format nvfp4 "${rows[@]}"
+[ "${TILEBENCH:-0}" = 1 ] && step tilebench 200 "$BIN/qwenrt" tilebench
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  step sanitizer_model 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
 fi
 
-echo "==== device"; cat "$OUT/device.txt"
-echo "==== failures (first 40)"; grep -h "^FAIL" "$OUT/cuda_ops.log" "$OUT/cuda_model.log" | head -40
-echo "==== test results"; tail -n 1 "$OUT/cuda_ops.log"; grep -h "^ok\|^FAIL\|^PASS\|^SKIP" "$OUT/cuda_model.log"
+echo "==== failures (first 40)"; grep -h "^FAIL" "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null | head -40
+echo "==== test results"; tail -qn 1 "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null
 [ -f "$OUT/sanitizer_model.log" ] && { echo "==== compute-sanitizer"; tail -n 3 "$OUT/sanitizer_model.log"; }
-echo "==== tilebench"; cat "$OUT/tilebench.log"
+for b in bench_stored bench_nvfp4; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
+[ -f "$OUT/tilebench.log" ] && { echo "==== tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/tilebench.log"; }
 echo "==== summary"; cat "$OUT/summary.txt"
