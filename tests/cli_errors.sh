@@ -163,5 +163,10 @@ expect_message "--host 'no-such-host.invalid' does not resolve" "$q" serve -m /n
 expect_message "/nonexistent/tokenizer.json" "$q" serve -m /nonexistent --host ::1
 expect_message "/nonexistent/tokenizer.json" "$q" serve -m /nonexistent --host "[::1]"
 expect_message "/nonexistent/tokenizer.json" "$q" serve -m /nonexistent --host localhost
+# the prefill piece override: a bad value is an error naming the variable, a good one runs
+for piece in 100 0 16384 x; do
+    expect_message "QRT_PREFILL_PIECE" env QRT_PREFILL_PIECE=$piece "$q" generate -m "$data/tiny-mm" --ids 1,2 -n 1
+done
+expect_ok env QRT_PREFILL_PIECE=64 "$q" generate -m "$data/tiny-mm" --ids 1,2 -n 1
 [ $fails -eq 0 ] && echo "cli_errors: all passed" || echo "cli_errors: $fails failed"
 exit $fails

@@ -32,6 +32,21 @@ static qrt_status select_backend(const qrt_load_opts *opts, const qrt_backend **
     return QRT_OK;
 }
 
+/* Tokens per prefill piece: the backend's, or QRT_PREFILL_PIECE (for measuring the trade of a piece's scratch memory
+ * against the prefill matmuls' rate: a larger piece dequantizes each NVFP4 weight fewer times). */
+static qrt_status prefill_piece(const qrt_backend *be, int *piece) {
+    *piece = be->prefill_piece;
+    const char *e = getenv("QRT_PREFILL_PIECE");
+    if (!e || !*e) return QRT_OK;
+    char *end;
+    const long v = strtol(e, &end, 10);
+    if (*end || v < 64 || v > QRT_MAX_T || v % 64)
+        return qrt_fail(QRT_ERR_ARG, "QRT_PREFILL_PIECE is '%s'; expected a multiple of 64 from 64 to %d (tokens per "
+                        "prefill piece), or unset for the backend's %d", e, QRT_MAX_T, be->prefill_piece);
+    *piece = (int)v;
+    return QRT_OK;
+}
+
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts) {
     QRT_TRY(select_backend(opts, &m->be));
     if (opts && opts->n_threads > 0) qrt_cpu_set_threads(opts->n_threads);
@@ -40,7 +55,7 @@ qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts) {
     if (m->kv_format < QRT_KV_F32 || m->kv_format > QRT_KV_FP8)
         return qrt_fail(QRT_ERR_ARG, "qrt_load_opts.kv_format is %d; expected -1 (the device's default), 0 (f32), 1 "
                         "(bf16) or 2 (fp8)", m->kv_format);
-    return QRT_OK;
+    return prefill_piece(m->be, &m->prefill_piece);
 }
 
 /* Where one layer's f32 vectors go while binding: a host buffer filled front to back. */

@@ -6,9 +6,9 @@
 #include "model/weights.h"
 
 /* Largest T one forward call may run at once (the bound of the host arrays sized per piece). A session runs long
- * inputs in pieces of s->piece = min(the backend's prefill_piece, max_ctx) ≤ QRT_MAX_T tokens, so every scratch
+ * inputs in pieces of s->piece = min(m->prefill_piece, max_ctx) ≤ QRT_MAX_T tokens, so every scratch
  * buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
-#define QRT_MAX_T 2048
+#define QRT_MAX_T 8192
 
 typedef struct {
     /* Gated DeltaNet (kind LINEAR) */
@@ -61,6 +61,7 @@ struct qrt_model {
     float *vectors;      /* one backend allocation holding every f32 vector above */
     int conv_dim;        /* 2·Hk·Dk + Hv·Dv */
     int kv_format;       /* QRT_KV_* of its sessions */
+    int prefill_piece;   /* tokens per forward piece of its sessions: the backend's, or QRT_PREFILL_PIECE */
 };
 
 /* Scratch for one forward piece of up to s->piece tokens; one allocation, carved at session creation. */

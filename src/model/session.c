@@ -40,10 +40,10 @@ static int kv_pieces(const qrt_model *m, qrt_kv *kv, size_t C, carve *cv) {
     return 4;
 }
 
-/* Tokens per forward piece: the backend's, never longer than the context. */
+/* Tokens per forward piece: the model's (qrt_model_apply_opts), never longer than the context. */
 static int32_t session_piece(const qrt_model *m, int32_t max_ctx) {
-    QRT_ASSERT(m->be->prefill_piece > 0 && m->be->prefill_piece <= QRT_MAX_T);
-    return QRT_MIN(m->be->prefill_piece, max_ctx);
+    QRT_ASSERT(m->prefill_piece > 0 && m->prefill_piece <= QRT_MAX_T);
+    return QRT_MIN(m->prefill_piece, max_ctx);
 }
 
 /* The pieces of one session allocation: every layer's state, the MTP's KV cache, the scratch. */
