@@ -3,9 +3,9 @@
  *   2. forced accepts: a draft hook that returns the main model's own choice makes every cycle accept all
  *      K drafts (AL = K), and a hook that breaks draft r makes every cycle accept exactly r-1; the output
  *      still equals plain greedy output;
- *   3. rollback: after one cycle that accepts j of K = 6 drafts (j = 0..6), the session state (position,
- *      GDN recurrent and conv state, KV cache) equals bit for bit a session that decoded only the
- *      accepted tokens one at a time — with the f32, bf16 and fp8 KV caches;
+ *   3. rollback: after one cycle that accepts j of K = 6 drafts (j = 0..6; and of K = 16, a 17-token verify), the
+ *      session state (position, GDN recurrent and conv state, KV cache) equals bit for bit a session that decoded
+ *      only the accepted tokens one at a time — with the f32, bf16 and fp8 KV caches (K = 6);
  *   4. sampling: the distribution of the 2nd and 3rd sampled tokens with speculation matches plain
  *      sampling (two-sample chi-square over 2000 seeded runs each, 500 in quick mode; threshold below);
  *   5. failures reach the caller: a cycle in a full context, a draft hook returning no token; a context that ends
@@ -120,8 +120,8 @@ static void compare_state(env *e, const qrt_session *a, const qrt_session *b, co
     }
 }
 
-static void test_rollback_state(env *e, int p) {
-    const int K = 6, n = e->n_prompt[p];
+static void test_rollback_state(env *e, int p, int K) {
+    const int n = e->n_prompt[p];
     int32_t *truth = plain_greedy(e, e->prompts[p], n, K + 2);
     for (int j = 0; j <= K; j++) {
         oracle o = {truth + 1, n + 1, K + 1, j < K ? j + 1 : 0, e->V}; /* drafts start after the first token */
@@ -377,7 +377,8 @@ int main(int argc, char **argv) {
     test_parity(&e);
     test_cycle_errors(&e);
     test_context_end(&e);
-    for (int p = 0; p < 3; p++) test_rollback_state(&e, p);
+    for (int p = 0; p < 3; p++) test_rollback_state(&e, p, 6);
+    test_rollback_state(&e, 1, QRT_SPEC_MAX_K); /* a verify of 17 tokens: still the recurrence */
     /* the reduced-precision KV caches: rollback stays bit-exact and speculative output equals plain output */
     for (int fmt = QRT_KV_BF16; fmt <= QRT_KV_FP8; fmt++) {
         qrt_load_opts kv_opts = test_cpu;
@@ -385,7 +386,7 @@ int main(int argc, char **argv) {
         env k = e;
         CHECK_OK(qrt_model_load(dir, &kv_opts, &k.m));
         if (!k.m) continue;
-        for (int p = 0; p < (quick ? 1 : 3); p++) test_rollback_state(&k, p);
+        for (int p = 0; p < (quick ? 1 : 3); p++) test_rollback_state(&k, p, 6);
         int32_t *truth = plain_greedy(&k, k.prompts[2], k.n_prompt[2], N_NEW);
         for (int K = 1; K <= 8; K += 3) {
             int32_t out[N_NEW];

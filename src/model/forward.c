@@ -103,10 +103,11 @@ static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, i
     matmul_group(be, &l->mixer_in, sc->x, T, outs);
     if (keep) be->copy(ls->conv_snap, ls->conv, sizeof(float) * (c->conv_kernel - 1) * cd);
     be->conv1d_silu(mixed, ls->conv, l->conv_w, T, cd, c->conv_kernel, conv);
-    /* HF takes the chunked form for any T > 1 without a cache; we take it only when the piece is long
-     * enough for it to pay, so decode and verify (T ≤ 16) run the recurrence token by token: that is what
-     * makes a verify's state bit-identical to single-token decoding. The two forms agree to f32 rounding. */
-    int chunked = T > 16;
+    /* HF takes the chunked form for any T > 1 without a cache; we take it only in a prefill piece long enough
+     * for it to pay. Decode and every verify (kept for rollback, up to K + 1 = 17 tokens) run the recurrence token
+     * by token: that is what makes a verify's state bit-identical to single-token decoding. The two forms agree to
+     * f32 rounding. */
+    const int chunked = !keep && T > 16;
     be->gdn(conv, a, b, l->A_log, l->dt_bias, ls->S, keep ? ls->S_verified : ls->S, T, Hk, Hv, Dk, Dv, chunked, sc->z,
             l->gdn_norm, c->rms_eps, sc->core);
     be->matmul(&l->out, sc->core, T, sc->y);
