@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One GPU call for the chunked GDN form's variants (src/backend/cuda/gdn.cu): the GDN op tests (every chunked variant
+# against the CPU backend: tests/test_cuda_ops.c --gdn), then the synthetic Qwen3.6-27B's prefill of 8192 tokens under
+# QRT_GDN_VARIANT unset (variant 1), 2 and 2:32, each with its kernel breakdown; printed last: the test result, and per
+# variant the prefill's GDN row (conv1d and the GDN op) and the TTFT. Build here first (the CUDA build), then run with
+# the device tool, carrying the binaries: carry ["build-cuda/bin"], command
+#   bash scripts/gdn-ab.sh
+# From a worktree: copy bin/ and this script into one git-ignored folder of the main checkout (build-*), carry that,
+# and run  cd FOLDER && BIN=bin bash gdn-ab.sh
+# The variants run in turns in one process each, on one machine: compare their rows only with each other.
+set -u
+BIN=${BIN:-build-cuda/bin}
+OUT=${OUT:-gdn-ab-out}
+VARIANTS=${VARIANTS:-"1 2 2:32"}
+mkdir -p "$OUT"
+export QRT_CACHE_DIR="$OUT/tune" # one NVFP4 tune cache for every run: the matmuls' picks are the same in each
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/device.txt" 2>&1
+timeout 240 "$BIN/test_cuda_ops" --gdn > "$OUT/cuda_ops_gdn.log" 2>&1
+echo "test_cuda_ops --gdn rc=$?" > "$OUT/summary.txt"
+for v in $VARIANTS; do
+  QRT_GDN_VARIANT=$v timeout 200 "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 8192 -K 0 -n 8 --reps 1 \
+    > "$OUT/bench-${v/:/-}.log" 2>&1
+  echo "bench QRT_GDN_VARIANT=$v rc=$?" >> "$OUT/summary.txt"
+done
+
+echo "==== device"; cat "$OUT/device.txt"
+echo "==== GDN op tests (failures first 40, then the result)"
+grep -h "^FAIL" "$OUT/cuda_ops_gdn.log" | head -40
+tail -n 2 "$OUT/cuda_ops_gdn.log"
+for v in $VARIANTS; do
+  f="$OUT/bench-${v/:/-}.log"
+  echo "==== QRT_GDN_VARIANT=$v"
+  awk '/kernel categories, prefill/ {p = 1} p && /^ +(GDN|total) / {print} /^ +total / {p = 0}' "$f"
+  grep -A1 "TTFT_ms" "$f"
+done
+echo "==== summary"; cat "$OUT/summary.txt"
