@@ -8,6 +8,8 @@
 # From a worktree: copy bin/ and this script into one git-ignored folder of the main checkout (build-*), carry that,
 # and run  cd FOLDER && BIN=bin bash gdn-ab.sh
 # The variants run in turns in one process each, on one machine: compare their rows only with each other.
+# NCU=1 adds, per variant, Nsight Compute's time of the first 12 GDN kernels of a 2048-token prefill (one piece: the
+# first layers' gdn_chunked, or gdn_chunk_prep and gdn_chunk_state, and gdn_norm_gated), kernel by kernel.
 set -u
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-gdn-ab-out}
@@ -22,6 +24,15 @@ for v in $VARIANTS; do
     > "$OUT/bench-${v/:/-}.log" 2>&1
   echo "bench QRT_GDN_VARIANT=$v rc=$?" >> "$OUT/summary.txt"
 done
+if [ "${NCU:-0}" = 1 ]; then
+  for v in $VARIANTS; do
+    QRT_GDN_VARIANT=$v QRT_CUDA_GRAPHS=0 timeout 200 ncu --csv --cache-control none --clock-control none \
+      --metrics gpu__time_duration.sum --kernel-name regex:gdn --launch-count 12 \
+      "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 2048 -K 0 -n 2 --reps 1 --no-breakdown \
+      > "$OUT/ncu-${v/:/-}.csv" 2> "$OUT/ncu-${v/:/-}.err"
+    echo "ncu QRT_GDN_VARIANT=$v rc=$?" >> "$OUT/summary.txt"
+  done
+fi
 
 echo "==== device"; cat "$OUT/device.txt"
 echo "==== GDN op tests (failures first 40, then the result)"
@@ -32,5 +43,10 @@ for v in $VARIANTS; do
   echo "==== QRT_GDN_VARIANT=$v"
   awk '/kernel categories, prefill/ {p = 1} p && /^ +(GDN|total) / {print} /^ +total / {p = 0}' "$f"
   grep -A1 "TTFT_ms" "$f"
+  # the CSV's fields are quoted and kernel names hold commas (scripts/ncu-kernels.sh reads it the same way)
+  [ -f "$OUT/ncu-${v/:/-}.csv" ] && awk -F'","' '
+    $0 ~ /gpu__time_duration/ { name = $5; sub(/\(.*/, "", name); sub(/^void /, "", name)
+      v = $NF; gsub(/[",]/, "", v); n[name]++; t[name] += v / 1000 }
+    END { for (k in n) printf "  ncu: %8.1f us/call %3d calls  %s\n", t[k] / n[k], n[k], k }' "$OUT/ncu-${v/:/-}.csv"
 done
 echo "==== summary"; cat "$OUT/summary.txt"
