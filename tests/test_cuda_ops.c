@@ -852,7 +852,8 @@ static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
 
 /* GDN: the recurrence (27B heads, fixture heads, dk != dv); the chunked form (prefill), each variant: one token,
  * either side of a chunk of 64, several chunks with a partial last one, a whole prefill piece of 2048 (its scratch
- * grown past the smaller calls'), every T below one chunk, Dk and Dv not multiples of 32 (padded columns) */
+ * grown past the smaller calls'), longer calls, every T below one chunk, Dk and Dv not multiples of 32 (padded
+ * columns) */
 static void test_gdn_cases(void) {
     test_gdn(1, 16, 48, 128, 128, 0, 91);
     test_gdn(7, 16, 48, 128, 128, 0, 92);
@@ -872,6 +873,8 @@ static void test_gdn_cases(void) {
     }
     test_gdn(2048, 16, 48, 128, 128, 1, 260);
     test_gdn(1000, 4, 8, 128, 128, 1, 261);
+    test_gdn(2148, 16, 48, 128, 128, 1, 262); /* variant 2 in two segments (gdn.cu GDN_SEG_TOKENS) */
+    test_gdn(4100, 2, 4, 128, 128, 1, 263);   /* three, the last of 4 tokens */
     for (int T = 2; T < 64; T++) test_gdn(T, 2, 4, 128, 128, 1, 300 + T);
 }
 

@@ -31,9 +31,9 @@
  *                       variant 1's arithmetic in two kernels: the first, one block per (v-head, chunk) for all chunks
  *                       at once, computes what does not depend on the state (the normalised, decayed q and k, the
  *                       intra-chunk products, the triangular solve) into a device scratch; the second, one block per
- *                       (v-head, VS columns), walks the chunks in order doing only the three products that need the
- *                       state, copying each chunk's factors in while the chunk before computes. Its state and outputs
- *                       match the CPU's chunked form within f32 rounding, as variant 1's.
+ *                       (v-head, VS columns), walks the chunks in order doing only the products that need the state,
+ *                       in two steps per chunk, copying each step's factors in while the step before computes. Its
+ *                       state and outputs match the CPU's chunked form within f32 rounding, as variant 1's.
  * Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
  * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq;
  * out = w · (o · rsqrt(mean(o²) + eps)) · silu(z). */
@@ -200,17 +200,25 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &sma
 
 /* acc += A·B over k < K for one warp's tile of 16 rows × 8·NT columns, in 3xTF32 on m16n8k8: A(m, k) = A[m·AR + k·AC]
  * and B(k, n) = B[k·BR + n·BC] in shared memory, the pointers at the tile's corner (the strides make a transposed
- * operand free). acc[n][e] holds row g + 8·(e / 2), column 8n + 2t + e % 2 (g = lane / 4, t = lane % 4). */
-template <int NT, int K, int AR, int AC, int BR, int BC>
-__device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float *A, const float *B) {
+ * operand free). acc[n][e] holds row g + 8·(e / 2), column 8n + 2t + e % 2 (g = lane / 4, t = lane % 4).
+ * TWO: also acc2 += A2·B (A2 laid out as A), each fragment of B loaded and split once for both. */
+template <int NT, int K, int AR, int AC, int BR, int BC, bool TWO>
+__device__ __forceinline__ void warp_mma_3xtf32_two(float (&acc)[NT][4], const float *A, float (&acc2)[NT][4],
+                                                    const float *A2, const float *B) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k0 = 0; k0 < K; k0 += 8) {
-        uint32_t ab[4], as[4];
+        uint32_t ab[4], as[4], cb[4], cs[4];
         split_tf32(A[g * AR + (k0 + t) * AC], ab[0], as[0]);
         split_tf32(A[(g + 8) * AR + (k0 + t) * AC], ab[1], as[1]);
         split_tf32(A[g * AR + (k0 + t + 4) * AC], ab[2], as[2]);
         split_tf32(A[(g + 8) * AR + (k0 + t + 4) * AC], ab[3], as[3]);
+        if (TWO) {
+            split_tf32(A2[g * AR + (k0 + t) * AC], cb[0], cs[0]);
+            split_tf32(A2[(g + 8) * AR + (k0 + t) * AC], cb[1], cs[1]);
+            split_tf32(A2[g * AR + (k0 + t + 4) * AC], cb[2], cs[2]);
+            split_tf32(A2[(g + 8) * AR + (k0 + t + 4) * AC], cb[3], cs[3]);
+        }
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             uint32_t bb[2], bs[2];
@@ -219,8 +227,17 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
             mma_tf32_1688(acc[n], as, bb[0], bb[1]);
             mma_tf32_1688(acc[n], ab, bs[0], bs[1]);
             mma_tf32_1688(acc[n], ab, bb[0], bb[1]);
+            if (TWO) {
+                mma_tf32_1688(acc2[n], cs, bb[0], bb[1]);
+                mma_tf32_1688(acc2[n], cb, bs[0], bs[1]);
+                mma_tf32_1688(acc2[n], cb, bb[0], bb[1]);
+            }
         }
     }
+}
+template <int NT, int K, int AR, int AC, int BR, int BC>
+__device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float *A, const float *B) {
+    warp_mma_3xtf32_two<NT, K, AR, AC, BR, BC, false>(acc, A, acc, A, B);
 }
 
 /* f(v, row, column) for each element v of a warp's accumulator tile acc (warp_mma_3xtf32's layout) */
@@ -602,12 +619,12 @@ template <int DK, int VS> struct gdn_state_layout {
 };
 
 /* Variant 2, phase B, gdn_chunk_state<DK, VS>: block (v-head j, columns v0 .. v0 + VS - 1 of its state) walks the
- * chunks in order doing only what needs the state, from gdn_chunk_prep's factors:
- *   V' = U − W S;  O = Qd S + P V' (to o, before the norm);  S ← e^{γlast} S + Kdᵀ V'
- * (variant 1's products and warp tiles, 3xTF32). Each factor is copied in (cp.async) as soon as its buffer is free:
- * the next chunk's W and U while O is computed, its Qd and P while S is, its Kd while the next V' is, so the copies'
- * latency leaves the chain of chunks. Copy groups are committed in the order WU(c), QP(c), K(c), WU(c+1), ... and
- * each wait leaves the newest one in flight: wait<1> before a product finds the group it needs landed. */
+ * chunks in order doing only what needs the state, from gdn_chunk_prep's factors, in two steps:
+ *   1: W S and Qd S in one pass over S's fragments;  V' = U − W S
+ *   2: O = Qd S + P V' (to o, before the norm);  S ← e^{γlast} S + Kdᵀ V' (each warp its own tile of S)
+ * (3xTF32; variant 1's warp tiles). Each chunk's factors are copied in (cp.async) while the step before computes: W,
+ * U and Qd of the next chunk during step 2, its P and Kd during the next step 1; a step begins once the one group in
+ * flight has landed (wait_group 0) and the block has synchronised. */
 template <int DK, int VS>
 __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
     gdn_chunk_state(const float *pr /* [Hv][chunks][gdn_prep_layout<DK>::FLOATS] */,
@@ -632,66 +649,59 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
     pdl_start();
     gdn_copy_rows<DK>(Wm, LQ, prj + G::W, DK, C);
     gdn_copy_rows<VS>(Um, LU, prj + G::U + v0, GDN_COLS, C);
-    gdn_copy_commit();
     gdn_copy_rows<DK>(Qm, LQ, prj + G::Q, DK, C);
-    gdn_copy_rows<C>(Pm, LA, prj + G::P, C, C);
     gdn_copy_commit();
+    gdn_copy_rows<C>(Pm, LA, prj + G::P, C, C);
     gdn_copy_rows<DK>(Km, LQ, prj + G::K, DK, C);
     gdn_copy_commit();
     for (int e = tid; e < DK * VS; e += GDN_CHUNK_THREADS) {
         const int d = e / VS, c = e % VS;
         Ss[d * LU + c] = d < Dk && v0 + c < Dv ? S_in[((size_t)j * Dk + d) * Dv + v0 + c] : 0.0f;
     }
-    gdn_copy_wait<2>();
-    __syncthreads(); /* W, U of chunk 0 and the state */
+    gdn_copy_wait<1>();
+    __syncthreads(); /* W, U, Qd of chunk 0 and the state */
     for (int ch = 0; ch < chunks; ch++) {
         const int c0 = ch * C, n = min(C, T - c0);
-        const float gl = glast[(size_t)j * chunks + ch]; /* asked for here, used after two products */
+        const float gl = glast[(size_t)j * chunks + ch]; /* asked for here, used in step 2 */
         const float *next = ch + 1 < chunks ? prj + (size_t)(ch + 1) * G::FLOATS : NULL;
-        { /* V' = U − W S */
-            float acc[NTO][4] = {};
-            warp_mma_3xtf32<NTO, DK, LQ, 1, LU, 1>(acc, Wm + om * LQ, Ss + on);
-            for_each_acc(acc, [&](float v, int r, int c) {
+        float accO[NTO][4] = {};
+        { /* step 1 */
+            float accV[NTO][4] = {};
+            warp_mma_3xtf32_two<NTO, DK, LQ, 1, LU, 1, true>(accV, Wm + om * LQ, accO, Qm + om * LQ, Ss + on);
+            for_each_acc(accV, [&](float v, int r, int c) {
                 r += om, c += on;
                 Vn[r * LU + c] = Um[r * LU + c] - v;
             });
         }
-        gdn_copy_wait<1>();
-        __syncthreads(); /* V' whole; W, U read; Qd, P landed */
+        gdn_copy_wait<0>();
+        __syncthreads(); /* V' whole; W, U, Qd and S read; P, Kd landed */
         if (next) {
             gdn_copy_rows<DK>(Wm, LQ, next + G::W, DK, C);
             gdn_copy_rows<VS>(Um, LU, next + G::U + v0, GDN_COLS, C);
+            gdn_copy_rows<DK>(Qm, LQ, next + G::Q, DK, C);
         }
         gdn_copy_commit();
-        { /* O = Qd S + P V' */
-            float acc[NTO][4] = {};
-            warp_mma_3xtf32<NTO, DK, LQ, 1, LU, 1>(acc, Qm + om * LQ, Ss + on);
-            warp_mma_3xtf32<NTO, C, LA, 1, LU, 1>(acc, Pm + om * LA, Vn + on);
-            for_each_acc(acc, [&](float v, int r, int c) {
+        { /* step 2 */
+            warp_mma_3xtf32<NTO, C, LA, 1, LU, 1>(accO, Pm + om * LA, Vn + on);
+            for_each_acc(accO, [&](float v, int r, int c) {
                 r += om, c += on;
                 if (r < n && v0 + c < Dv) o[((size_t)(c0 + r) * Hv + j) * Dv + v0 + c] = v;
             });
-        }
-        gdn_copy_wait<1>();
-        __syncthreads(); /* S read by every product of this chunk; Qd, P read; Kd landed */
-        if (next) {
-            gdn_copy_rows<DK>(Qm, LQ, next + G::Q, DK, C);
-            gdn_copy_rows<C>(Pm, LA, next + G::P, C, C);
-        }
-        gdn_copy_commit();
-        { /* S ← e^{γlast} S + Kdᵀ V' (each warp reads and writes only its own tile of S) */
             const float elast = expf(gl);
             float accS[NTS][4];
             for_each_acc(accS, [&](float &v, int r, int c) { v = elast * Ss[(sm0 + r) * LU + sn0 + c]; });
             warp_mma_3xtf32<NTS, C, 1, LQ, LU, 1>(accS, Km + sm0, Vn + sn0);
             for_each_acc(accS, [&](float v, int r, int c) { Ss[(sm0 + r) * LU + sn0 + c] = v; });
         }
-        gdn_copy_wait<1>();
-        __syncthreads(); /* S whole; Kd, V' read; the next W, U landed */
-        if (next) gdn_copy_rows<DK>(Km, LQ, next + G::K, DK, C);
+        gdn_copy_wait<0>();
+        __syncthreads(); /* S whole; P, Kd and V' read; the next W, U, Qd landed */
+        if (next) {
+            gdn_copy_rows<C>(Pm, LA, next + G::P, C, C);
+            gdn_copy_rows<DK>(Km, LQ, next + G::K, DK, C);
+        }
         gdn_copy_commit();
     }
-    gdn_copy_wait<0>(); /* only empty groups are left; none outlives the block */
+    gdn_copy_wait<0>(); /* nothing is in flight past the last chunk; none outlives the block */
     for (int e = tid; e < DK * VS; e += GDN_CHUNK_THREADS) {
         const int d = e / VS, c = e % VS;
         if (d < Dk && v0 + c < Dv) S[((size_t)j * Dk + d) * Dv + v0 + c] = Ss[d * LU + c];
@@ -730,8 +740,8 @@ static bool gdn_chunked_launch(const float *qkv, const float *a, const float *b,
     return true;
 }
 
-/* Variant 2's factors (gdn_chunk_prep's output, then γlast), grown on demand to the largest call: a prefill piece
- * of 2048 tokens at the 27B's 48 heads of Dk = 128 asks for 48 · 32 · 36864 floats, 216 MiB. It is made at the first
+/* Variant 2's factors (gdn_chunk_prep's output, then γlast), grown on demand to the largest segment: one of 2048
+ * tokens at the 27B's 48 heads of Dk = 128 asks for 48 · 32 · 36864 floats, 216 MiB. It is made at the first
  * chunked call, which is a prefill's, never while a graph is recorded (a recorded key ran plainly first and grew it);
  * a move is reported to the graph epoch. NULL (nothing kept) when the device cannot hold it. */
 static float *prep_buf = NULL;
@@ -751,6 +761,11 @@ static float *gdn_prep_scratch(size_t floats) {
     return prep_buf;
 }
 
+/* Variant 2 takes a call in segments of at most this many tokens (a default GPU prefill piece), each segment's factors
+ * made and used before the next segment's, so that its scratch stays within one piece's however long the call
+ * (QRT_PREFILL_PIECE allows 8192) */
+#define GDN_SEG_TOKENS 2048
+
 /* Variant 2; false, launching nothing, where the shared memory or the scratch cannot be had */
 template <int DK, int VS>
 static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *b, const float *A_log,
@@ -763,15 +778,20 @@ static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *
     if (!smem_allow(gdn_chunk_prep<DK>, prep_smem, &prep_asked) ||
         !smem_allow(gdn_chunk_state<DK, VS>, state_smem, &state_asked))
         return false;
-    const int chunks = (T + GDN_CHUNK - 1) / GDN_CHUNK;
-    const size_t blocks = (size_t)Hv * chunks;
+    const size_t blocks = (size_t)Hv * ((min(T, GDN_SEG_TOKENS) + GDN_CHUNK - 1) / GDN_CHUNK);
     float *pr = gdn_prep_scratch(blocks * (G::FLOATS + 1));
     if (!pr) return false;
     float *glast = pr + blocks * G::FLOATS;
-    QRT_LAUNCH(gdn_chunk_prep<DK>, dim3((unsigned)chunks, (unsigned)Hv), GDN_CHUNK_THREADS, prep_smem, qkv, a, b,
-               A_log, dt_bias, T, Hk, Hv, Dk, Dv, pr, glast);
-    QRT_LAUNCH(gdn_chunk_state<DK, VS>, dim3((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS)), GDN_CHUNK_THREADS,
-               state_smem, (const float *)pr, (const float *)glast, S_in, S, T, Hv, Dk, Dv, o);
+    const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
+    for (int t0 = 0; t0 < T; t0 += GDN_SEG_TOKENS) {
+        const int n = min(GDN_SEG_TOKENS, T - t0), chunks = (n + GDN_CHUNK - 1) / GDN_CHUNK;
+        QRT_LAUNCH(gdn_chunk_prep<DK>, dim3((unsigned)chunks, (unsigned)Hv), GDN_CHUNK_THREADS, prep_smem,
+                   qkv + t0 * row, a + (size_t)t0 * Hv, b + (size_t)t0 * Hv, A_log, dt_bias, n, Hk, Hv, Dk, Dv, pr,
+                   glast);
+        QRT_LAUNCH(gdn_chunk_state<DK, VS>, dim3((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS)), GDN_CHUNK_THREADS,
+                   state_smem, (const float *)pr, (const float *)glast, t0 ? S : S_in, S, n, Hv, Dk, Dv,
+                   o + (size_t)t0 * Hv * Dv);
+    }
     return true;
 }
 
