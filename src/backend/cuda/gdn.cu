@@ -546,8 +546,9 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 2)
     static_assert(DK % 32 == 0 && DK + GDN_COLS <= GDN_CHUNK_THREADS, "one solve thread per column of W and U");
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
-    float *Qs = sm + L::Q, *Ks = sm + L::K, *Am = sm + L::A;            /* [C][LQ], [C][LQ], [C][LA] */
-    float *gam = sm + L::GAM, *beta = sm + L::BETA, *eg = sm + L::EG, *ed = sm + L::ED; /* [C] */
+    float *Qs = sm + L::Q, *Ks = sm + L::K, *Am = sm + L::A; /* [C][LQ], [C][LQ], [C][LA] */
+    float *gam = sm + L::GAM, *beta = sm + L::BETA;          /* [C] γ, β */
+    float *eg = sm + L::EG, *ed = sm + L::ED;                /* [C] e^γ, e^{γlast−γ} */
     const int ch = blockIdx.x, chunks = gridDim.x, j = blockIdx.y, c0 = ch * C, n = min(C, T - c0);
     const int kh = j / (Hv / Hk), tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
