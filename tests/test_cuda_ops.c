@@ -531,51 +531,72 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
     gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
 }
 
+/* The chunked form's variants, as QRT_GDN_VARIANT names them (gdn.cu): NULL the default (variant 1), then variant 2
+ * at the launcher's slice width and at each one (where the device cannot give 64 columns their shared memory, 2:64
+ * runs the fallback, which must give the same results) */
+static const char *const gdn_variants[] = {NULL, "2", "2:32", "2:64"};
+#define GDN_VARIANTS 4
+
+/* One GPU run of the op under QRT_GDN_VARIANT = variant (NULL: unset) */
+static void gdn_run(const char *variant, const float *qkv, const float *a, const float *b, const float *A_log,
+                    const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv,
+                    int chunked, const float *z, const float *w, float eps, float *o) {
+    if (variant) setenv("QRT_GDN_VARIANT", variant, 1);
+    else unsetenv("QRT_GDN_VARIANT");
+    gpu->gdn(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
+    unsetenv("QRT_GDN_VARIANT");
+}
+
 /* The recurrence and its gated output norm against the CPU, the GPU reading its start state from a separate buffer
- * (S_in, which must stay as it was: a verify keeps its start state so) into a poisoned S; then (recurrent form) the
- * same T tokens run one call per token in place from the same start state, which must give the same output and
- * state bits: rollback relies on it. */
+ * (S_in, which must stay as it was: a verify keeps its start state so) into a poisoned S; then the same T tokens
+ * from the same start state in place (S_in = S): the recurrent form one call per token, which must give the same
+ * output and state bits (rollback relies on it), the chunked form one call, the same bits as from a separate S_in.
+ * The chunked form runs each variant of gdn_variants. */
 static void test_gdn(int T, int Hk, int Hv, int Dk, int Dv, int chunked, uint64_t seed) {
     size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv, ns = (size_t)Hv * Dk * Dv, no = (size_t)T * Hv * Dv;
     float *qkv = host_rand(T * row, seed, -1, 1), *a = host_rand((size_t)T * Hv, seed + 1, -2, 2);
     float *b = host_rand((size_t)T * Hv, seed + 2, -2, 2), *Al = host_rand(Hv, seed + 3, -1, 1);
     float *dtb = host_rand(Hv, seed + 4, -1, 1), *S = host_rand(ns, seed + 5, -0.1f, 0.1f);
     float *z = host_rand(no, seed + 6, -3, 3), *w = host_rand(Dv, seed + 7, 0.5f, 1.5f);
-    float *o = malloc(sizeof(float) * no);
+    float *o = malloc(sizeof(float) * no), *S_start = malloc(sizeof(float) * ns);
+    memcpy(S_start, S, sizeof(float) * ns);
     float *qd = dev_in(qkv, T * row), *ad = dev_in(a, (size_t)T * Hv), *bd = dev_in(b, (size_t)T * Hv);
-    float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *Sd = dev_out(ns), *od = dev_out(no);
-    float *zd = dev_in(z, no), *wd = dev_in(w, Dv), *S1d = dev_in(S, ns), *o1d = dev_out(no);
-    float *S0d = dev_in(S, ns), *S0 = malloc(sizeof(float) * ns); /* the GPU's start state (S_in) */
-    memcpy(S0, S, sizeof(float) * ns);
+    float *Ad = dev_in(Al, Hv), *dd = dev_in(dtb, Hv), *zd = dev_in(z, no), *wd = dev_in(w, Dv);
     const float eps = 1e-6f;
     cpu->gdn(qkv, a, b, Al, dtb, S, S, T, Hk, Hv, Dk, Dv, chunked, z, w, eps, o);
-    gpu->gdn(qd, ad, bd, Ad, dd, S0d, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
-    char what[128];
-    double tol = chunked ? 1e-4 : 1e-5;
-    snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", chunked ? " (chunked)" : "", T, Hk, Hv, Dk, Dv);
-    float *oh = check_dev(what, od, NULL, o, no, tol);
-    snprintf(what, sizeof what, "gdn%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", chunked ? " (chunked)" : "", T, Hk, Hv,
-             Dk, Dv);
-    float *Sh = check_dev(what, Sd, NULL, S, ns, tol);
-    float *S0h = download(S0d, ns);
-    snprintf(what, sizeof what, "  gdn T=%d: S_in unchanged", T);
-    expect_same_bits(what, S0h, S0, ns);
-    free(S0h), free(S0);
-    if (!chunked) {
+    const double tol = chunked ? 1e-4 : 1e-5;
+    const char *form = chunked ? " (chunked)" : "";
+    for (int vi = 0; vi < (chunked ? GDN_VARIANTS : 1); vi++) {
+        const char *variant = chunked ? gdn_variants[vi] : NULL;
+        char what[160], var[32] = "";
+        if (variant) snprintf(var, sizeof var, " QRT_GDN_VARIANT=%s", variant);
+        float *Sd = dev_out(ns), *od = dev_out(no), *S0d = dev_in(S_start, ns), *S1d = dev_in(S_start, ns);
+        float *o1d = dev_out(no);
+        gdn_run(variant, qd, ad, bd, Ad, dd, S0d, Sd, T, Hk, Hv, Dk, Dv, chunked, zd, wd, eps, od);
+        snprintf(what, sizeof what, "gdn%s%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: o", form, var, T, Hk, Hv, Dk, Dv);
+        float *oh = check_dev(what, od, NULL, o, no, tol);
+        snprintf(what, sizeof what, "gdn%s%s T=%d Hk=%d Hv=%d Dk=%d Dv=%d: state", form, var, T, Hk, Hv, Dk, Dv);
+        float *Sh = check_dev(what, Sd, NULL, S, ns, tol);
+        float *S0h = download(S0d, ns);
+        snprintf(what, sizeof what, "  gdn%s T=%d: S_in unchanged", var, T);
+        expect_same_bits(what, S0h, S_start, ns);
         const size_t vo = (size_t)Hv * Dv;
-        for (int t = 0; t < T; t++)
-            gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, S1d, 1, Hk, Hv, Dk, Dv, 0,
-                     zd + t * vo, wd, eps, o1d + t * vo);
+        if (chunked) gdn_run(variant, qd, ad, bd, Ad, dd, S1d, S1d, T, Hk, Hv, Dk, Dv, 1, zd, wd, eps, o1d);
+        else
+            for (int t = 0; t < T; t++)
+                gpu->gdn(qd + t * row, ad + (size_t)t * Hv, bd + (size_t)t * Hv, Ad, dd, S1d, S1d, 1, Hk, Hv, Dk, Dv,
+                         0, zd + t * vo, wd, eps, o1d + t * vo);
         float *o1 = download(o1d, no), *S1 = download(S1d, ns);
-        snprintf(what, sizeof what, "  gdn T=%d token by token: same output bits", T);
+        const char *how = chunked ? "in place" : "token by token";
+        snprintf(what, sizeof what, "  gdn%s T=%d %s: same output bits", var, T, how);
         expect_same_bits(what, o1, oh, no);
-        snprintf(what, sizeof what, "  gdn T=%d token by token: same state bits", T);
+        snprintf(what, sizeof what, "  gdn%s T=%d %s: same state bits", var, T, how);
         expect_same_bits(what, S1, Sh, ns);
-        free(o1), free(S1);
+        free(o1), free(S1), free(S0h), free(oh), free(Sh);
+        gpu->free(Sd), gpu->free(od), gpu->free(S0d), gpu->free(S1d), gpu->free(o1d);
     }
-    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(o), free(z), free(w), free(oh), free(Sh);
-    gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(Sd), gpu->free(od);
-    gpu->free(zd), gpu->free(wd), gpu->free(S1d), gpu->free(o1d), gpu->free(S0d);
+    free(qkv), free(a), free(b), free(Al), free(dtb), free(S), free(S_start), free(o), free(z), free(w);
+    gpu->free(qd), gpu->free(ad), gpu->free(bd), gpu->free(Ad), gpu->free(dd), gpu->free(zd), gpu->free(wd);
 }
 
 /* ---- attention: preparation (q/k norm, RoPE, cache store) and gated attention ---------------------------- */
@@ -829,6 +850,34 @@ static void test_embed(qrt_wformat fmt, int64_t V, int64_t D, uint64_t seed) {
     free(e), free(ref), gpu->free(yd), gpu->free((void *)eg.data);
 }
 
+/* GDN: the recurrence (27B heads, fixture heads, dk != dv); the chunked form (prefill), each variant: one token,
+ * either side of a chunk of 64, several chunks with a partial last one, a whole prefill piece of 2048 (its scratch
+ * grown past the smaller calls'), longer calls, every T below one chunk, Dk and Dv not multiples of 32 (padded
+ * columns) */
+static void test_gdn_cases(void) {
+    test_gdn(1, 16, 48, 128, 128, 0, 91);
+    test_gdn(7, 16, 48, 128, 128, 0, 92);
+    test_gdn(17, 16, 48, 128, 128, 0, 98);
+    test_gdn(5, 2, 6, 32, 32, 0, 94);
+    test_gdn(9, 2, 4, 32, 48, 0, 96);
+    test_gdn(3, 1, 2, 64, 40, 0, 97);
+    const int chunked_T[] = {1, 63, 65, 100, 200, 517};
+    for (int i = 0; i < 6; i++) {
+        const int T = chunked_T[i];
+        test_gdn(T, 16, 48, 128, 128, 1, 200 + i);
+        test_gdn(T, 2, 6, 32, 32, 1, 210 + i);
+        test_gdn(T, 2, 4, 32, 48, 1, 220 + i);
+        test_gdn(T, 1, 2, 32, 32, 1, 230 + i);
+        test_gdn(T, 1, 2, 64, 40, 1, 240 + i);
+        test_gdn(T, 2, 6, 48, 72, 1, 250 + i);
+    }
+    test_gdn(2048, 16, 48, 128, 128, 1, 260);
+    test_gdn(1000, 4, 8, 128, 128, 1, 261);
+    test_gdn(2148, 16, 48, 128, 128, 1, 262); /* variant 2 in two segments (gdn.cu GDN_SEG_TOKENS) */
+    test_gdn(4100, 2, 4, 128, 128, 1, 263);   /* three, the last of 4 tokens */
+    for (int T = 2; T < 64; T++) test_gdn(T, 2, 4, 128, 128, 1, 300 + T);
+}
+
 /* attention preparation and attention in every cache format */
 static void test_attention_cases(void) {
     /* attention preparation and attention: decode and prefill, GQA 6:1 at Dh 256 (27B); contexts of one chunk, of
@@ -861,12 +910,13 @@ static void test_attention_cases(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, attention_only = 0;
+    int quick = 0, attention_only = 0, gdn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1; /* skip the 27B-shape lm_head cases */
         else if (!strcmp(argv[i], "--attention")) attention_only = 1; /* only the attention cases */
+        else if (!strcmp(argv[i], "--gdn")) gdn_only = 1;             /* only the GDN cases */
         else {
-            fprintf(stderr, "usage: test_cuda_ops [--quick] [--attention]\n");
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--attention] [--gdn]\n");
             return 2;
         }
     }
@@ -886,8 +936,9 @@ int main(int argc, char **argv) {
     printf("device: %s\n", dev);
     double t0 = qrt_now_ms();
 
-    if (attention_only) {
-        test_attention_cases();
+    if (attention_only || gdn_only) {
+        if (attention_only) test_attention_cases();
+        if (gdn_only) test_gdn_cases();
         printf("(%.1f s)\n", (qrt_now_ms() - t0) / 1e3);
         return test_exit("cuda_ops");
     }
@@ -973,23 +1024,7 @@ int main(int argc, char **argv) {
     test_conv1d(7, 10240, 4, 82);
     test_conv1d(130, 10240, 4, 83);
     test_conv1d(5, 1000, 3, 84);
-    /* GDN: 27B heads, fixture heads, dk != dv */
-    test_gdn(1, 16, 48, 128, 128, 0, 91);
-    test_gdn(7, 16, 48, 128, 128, 0, 92);
-    test_gdn(17, 16, 48, 128, 128, 0, 98);
-    test_gdn(5, 2, 6, 32, 32, 0, 94);
-    test_gdn(9, 2, 4, 32, 48, 0, 96);
-    test_gdn(3, 1, 2, 64, 40, 0, 97);
-    /* the chunked form (prefill): one token, either side of a chunk of 64, several chunks with a partial last one */
-    const int chunked_T[] = {1, 63, 65, 100, 200, 517};
-    for (int i = 0; i < 6; i++) {
-        const int T = chunked_T[i];
-        test_gdn(T, 16, 48, 128, 128, 1, 200 + i);
-        test_gdn(T, 2, 6, 32, 32, 1, 210 + i);
-        test_gdn(T, 2, 4, 32, 48, 1, 220 + i);
-        test_gdn(T, 1, 2, 32, 32, 1, 230 + i);
-        test_gdn(T, 1, 2, 64, 40, 1, 240 + i);
-    }
+    test_gdn_cases();
     test_attention_cases();
     /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more
      * rows than one launch pair takes (64) */
