@@ -9,7 +9,7 @@
  * them) and every BF16 / FP8 tensor-core variant; not on the prefill path through cuBLASLt (matmul_blas.cu), which is
  * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone; nor on
  * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in both of its forms at PF_TOL, a
- * token's row against that token alone, and its groups like the cuBLASLt path's.
+ * token's row against that token in another place of the batch, and its groups like the cuBLASLt path's.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -344,7 +344,8 @@ static const char *mode_name(int blas, int pf) { return blas ? " blas" : pf == 1
  * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
  * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. Tb > 0:
  * once more at T = Tb with the cuBLASLt path's group and matmul called directly. pf > 0: at every T through mma_pf's
- * group and matmul in form pf instead (PF_TOL). */
+ * group and matmul in form pf instead (PF_TOL; the bits of a part alone too, since the pf cases' K of at most 2048
+ * allows at most 2 splits, and the group's grid and each part's are both below the GPU's size, so they split alike). */
 static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, int Tb, int pf,
                        uint64_t seed) {
     pf_form = pf;
@@ -499,10 +500,11 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, int p
 
 /* ---- the NVFP4 prefill kernel (mma_pf) ------------------------------------------------------------ */
 
-/* An N x K NVFP4 linear through mma_pf in both forms at each T of Ts against the CPU backend's matmul (PF_TOL), the
- * last token's row bit for bit against that token alone (a D column is one token: T and the place never change it);
- * Tb > 0: also at T = Tb against the cuBLASLt path (BLAS_TOL: its own error dominates), for the shapes whose CPU
- * reference at that T would take too long. */
+/* An N x K NVFP4 linear through mma_pf in both forms at each T of Ts against the CPU backend's matmul (PF_TOL), and
+ * with x's tokens rotated by one every row bit for bit the row of its token in the first run (a D column is one token:
+ * at one T, so one split of K, the place never changes a result; every token moves to another column, the first and
+ * last of each 64-token block to another block); Tb > 0: also at T = Tb against the cuBLASLt path (BLAS_TOL: its own
+ * error dominates), for the shapes whose CPU reference at that T would take too long. */
 static void test_fp4_prefill(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
     qrt_linear host = nvfp4_test_part(N, K, seed, 0, "prefill nvfp4"), dev = host;
     if (gpu->prepare_linear(&dev) != QRT_OK) {
@@ -514,7 +516,10 @@ static void test_fp4_prefill(int64_t N, int64_t K, const int *Ts, int nT, int Tb
         const int blas = ti == nT, T = blas ? Tb : Ts[ti];
         const size_t len = (size_t)T * N;
         float *x = host_rand((size_t)T * K, seed + 400 + (uint64_t)T, -1.0f, 1.0f);
-        float *xd = dev_in(x, (size_t)T * K), *refd = NULL, *ref = NULL;
+        float *xr = malloc(sizeof(float) * (size_t)T * K); /* token t of xr is token (t + 1) % T of x */
+        memcpy(xr, x + K, sizeof(float) * (size_t)(T - 1) * K);
+        memcpy(xr + (size_t)(T - 1) * K, x, sizeof(float) * K);
+        float *xd = dev_in(x, (size_t)T * K), *xrd = dev_in(xr, (size_t)T * K), *refd = NULL, *ref = NULL;
         if (blas) {
             refd = dev_out(len);
             qrt_cuda_matmul_blas(&dev, xd, T, refd);
@@ -525,18 +530,19 @@ static void test_fp4_prefill(int64_t N, int64_t K, const int *Ts, int nT, int Tb
         }
         for (int form = 1; form <= 2; form++) {
             char what[128];
-            float *yd = dev_out(len), *y1d = dev_out((size_t)N);
+            float *yd = dev_out(len), *yrd = dev_out(len);
             qrt_cuda_matmul_fp4_prefill(&dev, xd, T, yd, form);
             snprintf(what, sizeof what, "fp4 prefill form %d N=%lld K=%lld T=%d vs %s", form, (long long)N,
                      (long long)K, T, blas ? "cublasLt" : "cpu");
             float *y = check_dev(what, yd, NULL, ref, len, blas ? BLAS_TOL : pf_tol(form));
-            qrt_cuda_matmul_fp4_prefill(&dev, xd + (size_t)(T - 1) * K, 1, y1d, form);
-            float *y1 = download(y1d, (size_t)N);
-            snprintf(what, sizeof what, "  token %d of T=%d same bits as alone", T - 1, T);
-            expect_same_bits(what, y + (size_t)(T - 1) * N, y1, (size_t)N);
-            free(y), free(y1), gpu->free(yd), gpu->free(y1d);
+            qrt_cuda_matmul_fp4_prefill(&dev, xrd, T, yrd, form);
+            float *yr = download(yrd, len);
+            snprintf(what, sizeof what, "  tokens rotated by one: same bits");
+            expect_same_bits(what, yr, y + N, (size_t)(T - 1) * N);
+            expect_same_bits(what, yr + (size_t)(T - 1) * N, y, (size_t)N);
+            free(y), free(yr), gpu->free(yd), gpu->free(yrd);
         }
-        free(ref), free(x), gpu->free(xd);
+        free(ref), free(x), free(xr), gpu->free(xd), gpu->free(xrd);
         if (refd) gpu->free(refd);
     }
     gpu->free((void *)dev.data), gpu->free((void *)dev.scales);
@@ -1071,7 +1077,9 @@ int main(int argc, char **argv) {
     /* the NVFP4 prefill kernel mma_pf, both forms: odd shapes (N not a multiple of the block's 128 rows or of 16,
      * K = 176 below one slice and not a multiple of the 64-element step, K = 512, 1536, 5120) on every token count
      * around its 64-token blocks; Qwen3.6-27B's down_proj (CPU at 17, cuBLASLt at 2048) and gate|up stacked
-     * (cuBLASLt at 128); fused groups (a mixed one: its BF16 part runs alone) and gate|up pairs */
+     * (cuBLASLt at 128); fused groups (a mixed one: its BF16 part runs alone) and gate|up pairs. K is split (its
+     * partial sums added by fp4_pf_sum) where the grid is small and K has 32 steps of 64 or more: N=300 K=5120,
+     * down_proj at 17 (10 splits), the groups and pairs at K = 2048 */
     {
         const int Tp[] = {17, 33, 64, 100, 128, 257, 2048}, Tp3[] = {17, 100, 257}, Tp_small[] = {33, 64, 128};
         const int T17[] = {17}, Tpg[] = {17, 64, 100, 257};
@@ -1085,8 +1093,10 @@ int main(int argc, char **argv) {
         const int64_t odd[] = {37, 5, 130, 16}, mixed[] = {100, 33, 50};
         for (int pf = 1; pf <= 2; pf++) {
             test_group(odd, 4, 176, 0, Tpg, 4, 0, pf, 167);
+            test_group(odd, 4, 2048, 0, Tp3, 3, 0, pf, 171); /* K split in 2 (32 steps over a 2-block grid) */
             test_group(mixed, 3, 1024, 2, Tp3, 3, 0, pf, 168);
             test_pair(200, 176, Tpg, 4, 0, pf, 169);
+            test_pair(200, 2048, Tp3, 3, 0, pf, 172); /* split K */
             test_pair(40, 48, Tp_small, 3, 0, pf, 170);
         }
     }

@@ -20,6 +20,9 @@
  * wait for stage j, barrier (every warp is done with step j - 1), ask for stage j + 1 into the other buffers, decode
  * raw j into W, barrier, 4 k16 steps of mma. Tiles past the weight's last and tokens past T copy the last tile or
  * token (their rows and columns are never stored), so every cp.async reads memory that exists.
+ * Split K: a grid of fewer blocks than fit on the GPU at once (down_proj, 5120 x 17408, is 80 blocks at T = 128) has
+ * its K steps split between blocks (at least 16 steps each); each split writes its sums to scratch and fp4_pf_sum adds
+ * them in split order, so the result is the same on every run.
  *
  * Numbers. The weights are exact in f16: an E2M1 code as fp4_decode_word gives it (value x 2^-14) times its e4m3
  * block scale is an integer times 2^-24 with at most 6 significant bits and magnitude at most 6 x 448 x 2^-14 (the
@@ -28,9 +31,10 @@
  * also keeps lo = f16(x' - hi) and runs a second mma per k16 step on it into the same accumulators (the error per
  * element is then below 2^-22 of the token's largest |x|); form 2 keeps hi alone (relative error 2^-11 per element
  * down to 2^-28 of the largest, 4x below the cuBLASLt path's bf16 x), half the mma work and half of x's traffic.
- * The products are summed in f32 by the tensor cores, k in order within a K step and K steps in order, hi and lo
- * interleaved per k16 step; the result of a token does not depend on T or its place (each D column is one token), but
- * it differs from the decode kernels' bits (another order). NaN in x gives NaN for its token; ±Inf gives NaN (form 1:
+ * The products are summed in f32 by the tensor cores, k in order within a K step and K steps in order (per split,
+ * then the splits in order), hi and lo interleaved per k16 step; the result of a token does not depend on its place
+ * (each D column is one token), but it depends on the split, so on T and the weight's shape and the GPU's size through
+ * the grid, and it differs from the decode kernels' bits (another order). NaN in x gives NaN for its token; ±Inf gives NaN (form 1:
  * hi - hi) or ±Inf / NaN (form 2). */
 #include <string.h>
 
@@ -144,11 +148,14 @@ __device__ __forceinline__ void pf_load_b(const __half *xb, int wn, int kk, int 
     }
 }
 
+/* Split K: the block of split p of `splits` runs steps [steps·p / splits, steps·(p + 1) / splits) and writes its sums
+ * (x's scaling undone) to part [splits][T][tiles·16] by tile row; fp4_pf_sum adds the splits in order and stores y, so
+ * a result does not depend on which block finished first. One split: the block stores y itself. */
 template <bool LO, bool PAIR>
 __global__ void __launch_bounds__(PF_THREADS, 3)
     fp4_mma_pf(const uint8_t *blocks /* [tiles][S][FP4_BLOCK_BYTES] */, const __grid_constant__ fp4_segments seg,
                const __half *xh /* [T][Kp] */, const __half *xl /* [T][Kp] */, const float *xdown /* [T] */,
-               int64_t S, int T) {
+               int64_t S, int T, int splits, float *part /* [splits][T][tiles·16] */) {
     pdl_start();
     extern __shared__ uint4 pf_smem[];
     uint4 *raw = pf_smem;                                            /* [2][PF_RAW_U4] */
@@ -156,9 +163,10 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     __half *ws = xs + (LO ? 2 : 1) * 2 * PF_TT * PF_WS;             /* [PF_ROWS][PF_WS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / PF_WN, wn = warp % PF_WN;
     const int TB = (T + PF_TT - 1) / PF_TT;
-    const int t0 = (int)(blockIdx.x % TB) * PF_TT; /* tokens fastest: a row block's token blocks share its weights */
-    const int64_t tile0 = (int64_t)(blockIdx.x / TB) * PF_TILES, tiles = seg.tile_begin[seg.count];
-    const int64_t steps = S * PF_STEPS;
+    /* tokens fastest, then splits: the token blocks of a (row block, split) share its weights in the L2 */
+    const int t0 = (int)(blockIdx.x % TB) * PF_TT, p = (int)(blockIdx.x / TB % splits);
+    const int64_t tile0 = (int64_t)(blockIdx.x / TB / splits) * PF_TILES, tiles = seg.tile_begin[seg.count];
+    const int64_t steps = S * PF_STEPS, j0 = steps * p / splits, j1 = steps * (p + 1) / splits;
     float d[4][4][4]; /* [m16 tile][n8 tile][fragment] */
 #pragma unroll
     for (int mi = 0; mi < 4; mi++)
@@ -166,12 +174,12 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) d[mi][ni][e] = 0.0f;
-    pf_stage<LO>(blocks, tile0, tiles, S, xh, xl, t0, T, 0, 0, raw, xs);
-    for (int64_t j = 0; j < steps; j++) {
-        const int b = (int)(j & 1);
+    pf_stage<LO>(blocks, tile0, tiles, S, xh, xl, t0, T, j0, 0, raw, xs);
+    for (int64_t j = j0; j < j1; j++) {
+        const int b = (int)((j - j0) & 1);
         cp_async_wait<0>();
         __syncthreads(); /* stage j is in buffers b for every warp, and every warp is done with step j - 1 */
-        if (j + 1 < steps) pf_stage<LO>(blocks, tile0, tiles, S, xh, xl, t0, T, j + 1, b ^ 1, raw, xs);
+        if (j + 1 < j1) pf_stage<LO>(blocks, tile0, tiles, S, xh, xl, t0, T, j + 1, b ^ 1, raw, xs);
         pf_decode(raw + b * PF_RAW_U4, (int)(j & 1), ws);
         __syncthreads(); /* W holds step j */
         const __half *xb = xs + b * PF_TT * PF_WS;
@@ -195,13 +203,14 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
             }
         }
     }
-    /* D fragment: d[.][.][2r + e] is row g + 8r of the m16 tile, token 2c + e of the n8 tile */
+    /* D fragment: d[.][.][2r + e] is row g + 8r of the m16 tile, token 2c + e of the n8 tile. fp4_store with one
+     * token tile of one column (t0 = tok - c) stores exactly that token's rows g and g + 8. */
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < 4; mi++) {
         const int64_t tile = tile0 + wm * 4 + mi;
         if (tile >= tiles) continue;
-        const fp4_tile_out o = fp4_tile_target(seg, tile);
+        const fp4_tile_out o = splits == 1 ? fp4_tile_target(seg, tile) : fp4_tile_out{};
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -209,21 +218,32 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
                 const int tok = t0 + wn * 32 + ni * 8 + 2 * c + e;
                 if (tok >= T) continue;
                 const float down = xdown[tok];
-                if (PAIR) { /* row g: gate row row0 + g; row g + 8: the same row of up */
-                    const int64_t row = o.row0 + g;
-                    if (row >= o.N) continue;
-                    const float gate = d[mi][ni][e] * down * o.f, up = d[mi][ni][2 + e] * down * o.f1;
-                    const size_t at = (size_t)tok * o.N + row;
-                    if (o.pair == FP4_PAIR_SWIGLU) o.y[at] = silu_f(gate) * up; /* qrt_cuda_swiglu's expression */
-                    else o.y[at] = gate, o.y1[at] = up;
+                const float v[1][2] = {{d[mi][ni][e] * down, d[mi][ni][2 + e] * down}};
+                if (splits == 1) {
+                    fp4_store<1, PAIR>(o, T, tok - c, lane, v);
                 } else {
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int64_t row = o.row0 + g + 8 * r;
-                        if (row < o.N) o.y[(size_t)tok * o.N + row] = d[mi][ni][2 * r + e] * down * o.f;
-                    }
+                    float *at = part + ((size_t)p * T + tok) * (size_t)(tiles * 16) + tile * 16 + g;
+                    at[0] = v[0][0], at[8] = v[0][1];
                 }
             }
+    }
+}
+
+/* The splits' sums of mma_pf in split order, then y as an unsplit block stores it: one thread per (token, tile, g). */
+template <bool PAIR>
+__global__ void fp4_pf_sum(const __grid_constant__ fp4_segments seg, const float *part /* [splits][T][tiles·16] */,
+                           int splits, int T) {
+    pdl_start();
+    const int64_t tiles = seg.tile_begin[seg.count], n = (int64_t)T * tiles * 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int g = (int)(i % 8), tok = (int)(i / 8 / tiles);
+        const int64_t tile = i / 8 % tiles;
+        float v[1][2] = {{0.0f, 0.0f}};
+        for (int p = 0; p < splits; p++) {
+            const float *at = part + ((size_t)p * T + tok) * (size_t)(tiles * 16) + tile * 16 + g;
+            v[0][0] += at[0], v[0][1] += at[8];
+        }
+        fp4_store<1, PAIR>(fp4_tile_target(seg, tile), T, tok, 4 * g, v);
     }
 }
 
@@ -232,22 +252,8 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
 static uint8_t *pf_buf = NULL;
 static size_t pf_cap = 0; /* bytes */
 
-template <bool LO, bool PAIR>
-static void pf_launch(const uint8_t *blocks, const fp4_segments &seg, const __half *xh, const __half *xl,
-                      const float *xdown, int64_t S, int T) {
-    static size_t granted = 0;
-    const bool fits = fp4_smem_opt_in(fp4_mma_pf<LO, PAIR>, pf_smem_bytes(LO), granted);
-    QRT_ASSERT(fits); /* 64 KB: every GPU this builds for has it */
-    const int64_t row_blocks = (seg.tile_begin[seg.count] + PF_TILES - 1) / PF_TILES;
-    const int64_t grid = row_blocks * ((T + PF_TT - 1) / PF_TT);
-    QRT_LAUNCH(fp4_mma_pf<LO, PAIR>, (unsigned)grid, PF_THREADS, pf_smem_bytes(LO), blocks, seg, xh, xl, xdown, S, T);
-}
-
-void fp4_run_prefill(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T, int form) {
-    QRT_ASSERT((form == 1 || form == 2) && T >= 1);
-    const bool lo = form == 1;
-    const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE, Kp = S * FP4_SLICE;
-    const size_t half_bytes = (size_t)T * Kp * sizeof(__half), bytes = 2 * half_bytes + sizeof(float) * T;
+/* The buffer for x's f16 forms, their scales and the splits' sums: at least `bytes`. */
+static uint8_t *pf_scratch(size_t bytes) {
     if (bytes > pf_cap) {
         if (pf_buf) { /* may still be read by a queued launch */
             QRT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
@@ -257,15 +263,43 @@ void fp4_run_prefill(const uint8_t *blocks, const fp4_segments &seg, int64_t K, 
         pf_cap = bytes;
         qrt_cuda_scratch_moved();
     }
-    __half *xh = reinterpret_cast<__half *>(pf_buf), *xl = reinterpret_cast<__half *>(pf_buf + half_bytes);
-    float *xdown = reinterpret_cast<float *>(pf_buf + 2 * half_bytes);
-    if (lo) QRT_LAUNCH(fp4_pf_prep_x<true>, (unsigned)T, 256, 0, x, K, Kp, xh, xl, xdown);
-    else QRT_LAUNCH(fp4_pf_prep_x<false>, (unsigned)T, 256, 0, x, K, Kp, xh, xl, xdown);
+    return pf_buf;
+}
+
+#define PF_MIN_SPLIT_STEPS 16 /* a split runs at least this many steps (1024 of K): its prologue and sums stay small */
+
+/* x's preparation, mma_pf over K split so that the grid fills the GPU once (down_proj at T = 128: 80 blocks of 128 x 64
+ * where 3 per SM fit; split in 5), and the splits' sums. */
+template <bool LO, bool PAIR>
+static void pf_run(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
+    static fp4_occupancy occ = {0, 0, 0};
+    const size_t smem = pf_smem_bytes(LO);
+    const int64_t resident = fp4_resident(fp4_mma_pf<LO, PAIR>, PF_THREADS, smem, 1, occ, (int64_t)1 << 40);
+    QRT_ASSERT(resident > 0); /* 64 KB: every GPU this builds for has it */
+    const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE, Kp = S * FP4_SLICE, tiles = seg.tile_begin[seg.count];
+    const int64_t grid1 = (tiles + PF_TILES - 1) / PF_TILES * ((T + PF_TT - 1) / PF_TT);
+    const int splits = (int)QRT_MAX(1, QRT_MIN((resident + grid1 - 1) / grid1, S * PF_STEPS / PF_MIN_SPLIT_STEPS));
+    const size_t half_bytes = (size_t)T * Kp * sizeof(__half), scale_bytes = ((size_t)T * sizeof(float) + 15) & ~(size_t)15;
+    const size_t part_bytes = splits > 1 ? (size_t)splits * T * tiles * 16 * sizeof(float) : 0;
+    uint8_t *buf = pf_scratch(2 * half_bytes + scale_bytes + part_bytes);
+    __half *xh = reinterpret_cast<__half *>(buf), *xl = reinterpret_cast<__half *>(buf + half_bytes);
+    float *xdown = reinterpret_cast<float *>(buf + 2 * half_bytes);
+    float *part = reinterpret_cast<float *>(buf + 2 * half_bytes + scale_bytes);
+    QRT_LAUNCH(fp4_pf_prep_x<LO>, (unsigned)T, 256, 0, x, K, Kp, xh, xl, xdown);
+    QRT_LAUNCH(fp4_mma_pf<LO, PAIR>, (unsigned)(grid1 * splits), PF_THREADS, smem, blocks, seg, xh, xl, xdown, S, T,
+               splits, part);
+    if (splits > 1)
+        QRT_LAUNCH(fp4_pf_sum<PAIR>, (unsigned)QRT_MIN(qrt_grid((size_t)T * tiles * 8, 256), 65536u), 256, 0, seg,
+                   (const float *)part, splits, T);
+}
+
+void fp4_run_prefill(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T, int form) {
+    QRT_ASSERT((form == 1 || form == 2) && T >= 1);
     const bool pair = seg.pair != FP4_PARTS;
-    if (lo && pair) pf_launch<true, true>(blocks, seg, xh, xl, xdown, S, T);
-    else if (lo) pf_launch<true, false>(blocks, seg, xh, xl, xdown, S, T);
-    else if (pair) pf_launch<false, true>(blocks, seg, xh, xl, xdown, S, T);
-    else pf_launch<false, false>(blocks, seg, xh, xl, xdown, S, T);
+    if (form == 1 && pair) pf_run<true, true>(blocks, seg, K, x, T);
+    else if (form == 1) pf_run<true, false>(blocks, seg, K, x, T);
+    else if (pair) pf_run<false, true>(blocks, seg, K, x, T);
+    else pf_run<false, false>(blocks, seg, K, x, T);
 }
 
 extern "C" int qrt_cuda_fp4_prefill_form(void) {
