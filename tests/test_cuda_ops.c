@@ -582,7 +582,8 @@ static void test_fp4_prefill_nan(int64_t N, int64_t K, int T, int tn, uint64_t s
               "fp4 prefill form %d NaN in token %d of %d: row %lld of it not NaN (-1: none), other tokens %s, rel %.3g",
               form, tn, T, (long long)not_nan, finite ? "finite" : "not all finite", rel);
         if (not_nan < 0 && finite && rel <= pf_tol(form))
-            printf("ok   fp4 prefill form %d: NaN in token %d of %d stays in its rows     rel %.3g\n", form, tn, T, rel);
+            printf("ok   fp4 prefill form %d: NaN in token %d of %d stays in its rows rel %.3g\n", form, tn, T,
+                   rel);
         free(y), gpu->free(yd);
     }
     free(ref), free(x), gpu->free(xd);

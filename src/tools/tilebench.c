@@ -454,7 +454,7 @@ static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
     if (b->gpu) {
         int k = 0;
         if (fmt == QRT_WF_NVFP4) {
-            const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS - 1);
+            const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS - 3);
             for (int i = 0; i < n; i++)
                 if (!b->variants || b->variant_on[i]) v[k++] = i;
             v[k++] = TB_PF_HILO;

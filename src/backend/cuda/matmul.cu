@@ -55,7 +55,9 @@ static void matmul_with(int form, const qrt_linear *W, const float *x, int T, fl
     else matmul_off_blas(form, W, x, T, y);
 }
 
-void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) { matmul_with(fp4_prefill_at(T), W, x, T, y); }
+void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+    matmul_with(fp4_prefill_at(T), W, x, T, y);
+}
 
 extern "C" void qrt_cuda_matmul_fp4_prefill(const qrt_linear *W, const float *x, int T, float *y, int form) {
     QRT_ASSERT(W->fmt == QRT_WF_NVFP4 && (form == 1 || form == 2));

@@ -20,9 +20,9 @@
  * wait for stage j, barrier (every warp is done with step j - 1), ask for stage j + 1 into the other buffers, decode
  * raw j into W, barrier, 4 k16 steps of mma. Tiles past the weight's last and tokens past T copy the last tile or
  * token (their rows and columns are never stored), so every cp.async reads memory that exists.
- * Split K: a grid of fewer blocks than fit on the GPU at once (down_proj, 5120 x 17408, is 80 blocks at T = 128) has
- * its K steps split between blocks (at least 16 steps each); each split writes its sums to scratch and fp4_pf_sum adds
- * them in split order, so the result is the same on every run.
+ * Split K: a grid of fewer blocks than SMs (down_proj, 5120 x 17408, is 80 blocks at T = 128) has its K steps split
+ * between blocks (at least 16 steps each); each split writes its sums to scratch and fp4_pf_sum adds them in split
+ * order, so the result is the same on every run.
  *
  * Numbers. The weights are exact in f16: an E2M1 code as fp4_decode_word gives it (value x 2^-14) times its e4m3
  * block scale is an integer times 2^-24 with at most 6 significant bits and magnitude at most 6 x 448 x 2^-14 (the
@@ -33,9 +33,9 @@
  * down to 2^-28 of the largest, 4x below the cuBLASLt path's bf16 x), half the mma work and half of x's traffic.
  * The products are summed in f32 by the tensor cores, k in order within a K step and K steps in order (per split,
  * then the splits in order), hi and lo interleaved per k16 step; the result of a token does not depend on its place
- * (each D column is one token), but it depends on the split, so on T and the weight's shape and the GPU's size through
- * the grid, and it differs from the decode kernels' bits (another order). NaN in x gives NaN for its token; ±Inf gives NaN (form 1:
- * hi - hi) or ±Inf / NaN (form 2). */
+ * (each D column is one token), but it depends on the split, so on T, the weight's shape and the GPU's size through
+ * the grid, and it differs from the decode kernels' bits (another order). NaN in x gives NaN for its token; ±Inf
+ * gives NaN (form 1: hi - hi) or ±Inf / NaN (form 2). */
 #include <string.h>
 
 #include "backend/cuda/matmul_fp4_ring.cuh"
@@ -87,7 +87,8 @@ __global__ void fp4_pf_prep_x(const float *x /* [T][K] */, int64_t K, int64_t Kp
 }
 
 /* Step j's raw codes and scales of the block's tiles, and its x columns of the block's tokens, into stage b. Step j
- * is slice j / 8, lane column c = j % 8 / 2, chunk steps q = 2·(j % 2) + qq (qq = 0, 1): elements j·64 .. j·64 + 63. */
+ * is slice j / 8, lane column c = j % 8 / 2, chunk steps q = 2·(j % 2) + qq (qq = 0, 1): elements j·64 .. j·64 +
+ * 63. */
 template <bool LO>
 __device__ __forceinline__ void pf_stage(const uint8_t *blocks, int64_t tile0, int64_t tiles, int64_t S,
                                          const __half *xh, const __half *xl, int t0, int T, int64_t j, int b,
@@ -131,8 +132,10 @@ __device__ __forceinline__ void pf_decode(const uint4 *raw, int qp, __half *ws) 
             uint32_t o[4];
             fp4_decode_word(u4_word(code, w), o);
             const uint32_t sw = w < 2 ? s0 : s1;
-            dst[w] = make_uint4(hmul2_u(__byte_perm(o[0], o[1], 0x5410), sw), hmul2_u(__byte_perm(o[0], o[1], 0x7632), sw),
-                                hmul2_u(__byte_perm(o[2], o[3], 0x5410), sw), hmul2_u(__byte_perm(o[2], o[3], 0x7632), sw));
+            dst[w] = make_uint4(hmul2_u(__byte_perm(o[0], o[1], 0x5410), sw),  /* (e0, e1) */
+                                hmul2_u(__byte_perm(o[0], o[1], 0x7632), sw),  /* (e2, e3) */
+                                hmul2_u(__byte_perm(o[2], o[3], 0x5410), sw),  /* (e4, e5) */
+                                hmul2_u(__byte_perm(o[2], o[3], 0x7632), sw)); /* (e6, e7) */
         }
     }
 }
@@ -143,7 +146,8 @@ __device__ __forceinline__ void pf_load_b(const __half *xb, int wn, int kk, int 
 #pragma unroll
     for (int np = 0; np < 2; np++) {
         uint32_t r[4];
-        ldsm_x4(r, xb + (wn * 32 + np * 16 + ((lane >> 4) << 3) + (lane & 7)) * PF_WS + kk * 16 + ((lane >> 3) & 1) * 8);
+        const int tok = wn * 32 + np * 16 + ((lane >> 4) << 3) + (lane & 7);
+        ldsm_x4(r, xb + tok * PF_WS + kk * 16 + ((lane >> 3) & 1) * 8);
         bf[2 * np][0] = r[0], bf[2 * np][1] = r[1], bf[2 * np + 1][0] = r[2], bf[2 * np + 1][1] = r[3];
     }
 }
@@ -268,8 +272,9 @@ static uint8_t *pf_scratch(size_t bytes) {
 
 #define PF_MIN_SPLIT_STEPS 16 /* a split runs at least this many steps (1024 of K): its prologue and sums stay small */
 
-/* x's preparation, mma_pf over K split so that the grid fills the GPU once (down_proj at T = 128: 80 blocks of 128 x 64
- * where 3 per SM fit; split in 5), and the splits' sums. */
+/* x's preparation, mma_pf, and the splits' sums. K is split only where the grid would leave SMs idle, into as many
+ * splits as fill the GPU once (down_proj at T = 128: 80 blocks on 132 SMs where 3 per SM fit: 5 splits); a grid of at
+ * least one block per SM is left whole (splitting it adds waves, not SMs). */
 template <bool LO, bool PAIR>
 static void pf_run(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T) {
     static fp4_occupancy occ = {0, 0, 0};
@@ -278,8 +283,10 @@ static void pf_run(const uint8_t *blocks, const fp4_segments &seg, int64_t K, co
     QRT_ASSERT(resident > 0); /* 64 KB: every GPU this builds for has it */
     const int64_t S = qrt_nvfp4_row_elems(K) / FP4_SLICE, Kp = S * FP4_SLICE, tiles = seg.tile_begin[seg.count];
     const int64_t grid1 = (tiles + PF_TILES - 1) / PF_TILES * ((T + PF_TT - 1) / PF_TT);
-    const int splits = (int)QRT_MAX(1, QRT_MIN((resident + grid1 - 1) / grid1, S * PF_STEPS / PF_MIN_SPLIT_STEPS));
-    const size_t half_bytes = (size_t)T * Kp * sizeof(__half), scale_bytes = ((size_t)T * sizeof(float) + 15) & ~(size_t)15;
+    const int64_t most = grid1 < sm_count() ? (resident + grid1 - 1) / grid1 : 1; /* split only to fill idle SMs */
+    const int splits = (int)QRT_MAX(1, QRT_MIN(most, S * PF_STEPS / PF_MIN_SPLIT_STEPS));
+    const size_t half_bytes = (size_t)T * Kp * sizeof(__half);
+    const size_t scale_bytes = ((size_t)T * sizeof(float) + 15) & ~(size_t)15;
     const size_t part_bytes = splits > 1 ? (size_t)splits * T * tiles * 16 * sizeof(float) : 0;
     uint8_t *buf = pf_scratch(2 * half_bytes + scale_bytes + part_bytes);
     __half *xh = reinterpret_cast<__half *>(buf), *xl = reinterpret_cast<__half *>(buf + half_bytes);
