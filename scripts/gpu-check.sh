@@ -7,7 +7,9 @@
 # carry that folder with the device tool, and run from the repository root:
 #   BIN=build-x QRT_COMMIT=<hash> bash scripts/gpu-check.sh
 # Environment: BUDGET (seconds, default 450: a step that would start past it is skipped and says so),
-# SANITIZE=1 (also compute-sanitizer over test_cuda_model, ~2 min), TILEBENCH=1 (also the decode-size tilebench).
+# SANITIZE=1 (also compute-sanitizer over test_cuda_model, ~2 min), TILEBENCH=1 (also the decode-size tilebench),
+# PREFILL=1 (also the NVFP4 prefill table: mma_gemm, mma_pf's two forms fp4pf / fp4pf_f16 and cuBLASLt at M = 33..2048
+# on the 27B shapes; and the ctx-128 K=0 row with QRT_FP4_PREFILL=1 and =2, against bench_nvfp4's row without it).
 # Logs go to $OUT (the device tool returns that folder; it returns a limited number of files, so there are few);
 # a short table is printed last.
 set -u
@@ -47,6 +49,14 @@ rows=(--synthetic qwen3.6-27b --ctx 128,8192 -K 0,6 --sim-al 3.86 --parity -n 64
 step bench_stored 150 "$BIN/qwenrt" bench --format stored "${rows[@]}"
 step bench_nvfp4 150 "$BIN/qwenrt" bench --format nvfp4 "${rows[@]}"
 [ "${TILEBENCH:-0}" = 1 ] && step tilebench 200 "$BIN/qwenrt" tilebench
+if [ "${PREFILL:-0}" = 1 ]; then
+  step prefill_tilebench 200 env QRT_BLAS_MIN_T=17 "$BIN/qwenrt" tilebench --formats nvfp4 --variants mma_gemm \
+    --shapes gdn_in,gdn_out,attn_qkv,attn_o,mlp_gate_up,mlp_down --m 33,64,128,192,256,512,2048 --reps 5 --cell-ms 5
+  for f in 1 2; do
+    step prefill_pf$f 120 env QRT_FP4_PREFILL=$f "$BIN/qwenrt" bench --format nvfp4 --synthetic qwen3.6-27b --ctx 128 \
+      -K 0 -n 16 --reps 1 --no-breakdown
+  done
+fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   step sanitizer_model 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
 fi
@@ -54,6 +64,7 @@ fi
 echo "==== failures (first 40)"; grep -h "^FAIL" "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null | head -40
 echo "==== test results"; tail -qn 1 "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null
 [ -f "$OUT/sanitizer_model.log" ] && { echo "==== compute-sanitizer"; tail -n 3 "$OUT/sanitizer_model.log"; }
-for b in bench_stored bench_nvfp4; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
+for b in bench_stored bench_nvfp4 prefill_pf1 prefill_pf2; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
+[ -f "$OUT/prefill_tilebench.log" ] && { echo "==== prefill tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/prefill_tilebench.log"; }
 [ -f "$OUT/tilebench.log" ] && { echo "==== tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/tilebench.log"; }
 echo "==== summary"; cat "$OUT/summary.txt"

@@ -7,7 +7,9 @@
  * Batch invariance: the matmul row of a token must be bit-identical at any T, at any place in the batch, and for
  * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
  * them) and every BF16 / FP8 tensor-core variant; not on the prefill path through cuBLASLt (matmul_blas.cu), which is
- * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone.
+ * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone; nor on
+ * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in both of its forms at PF_TOL, a
+ * token's row against that token in another place of the batch, and its groups like the cuBLASLt path's.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
 #include <omp.h>
@@ -25,6 +27,12 @@
  * adds ~1e-6). 2^-8, the bf16 unit roundoff, bounds that with margin and still fails on any wrong element, scale or
  * row (errors of order 1). A swiglu of two such results: twice that. */
 #define BLAS_TOL 3.9e-3
+/* mma_pf (matmul_fp4_prefill.cu), by form. 1: x as f16 hi + lo of the token scaled by a power of two, each element
+ * within 2^-22 of the token's largest |x| (the weights exact), so the error is the f32 summation's, as the hand
+ * kernels' (~1e-6): 1e-5 as for f32 against f32 in another order. 2: x as f16 alone, a relative error of at most 2^-11
+ * per element (rms ~2^-11 / √3 ≈ 2.8e-4 for random signs): 1e-3, ~3.5x that and 3.9x tighter than BLAS_TOL, still
+ * failing on any wrong element, scale or row. */
+static double pf_tol(int form) { return form == 1 ? 1e-5 : 1e-3; }
 static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
 static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
 
@@ -318,12 +326,29 @@ static int prepare_groups(qrt_linear_group *hg, qrt_linear_group *g, const char 
     return 0;
 }
 
+/* mma_pf's ops in form pf_form with the signatures of the backend's, so the group tests can take them. */
+static int pf_form;
+static void pf_matmul(const qrt_linear *W, const float *x, int T, float *y) {
+    if (W->fmt == QRT_WF_NVFP4) qrt_cuda_matmul_fp4_prefill(W, x, T, y, pf_form);
+    else gpu->matmul(W, x, T, y);
+}
+static void pf_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    qrt_cuda_matmul_group_fp4_prefill(g, x, T, y, pf_form);
+}
+static void pf_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up) {
+    qrt_cuda_matmul_swiglu_fp4_prefill(g, x, T, y, up, pf_form);
+}
+static const char *mode_name(int blas, int pf) { return blas ? " blas" : pf == 1 ? " pf1" : pf == 2 ? " pf2" : ""; }
+
 /* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
  * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
  * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. Tb > 0:
- * once more at T = Tb with the cuBLASLt path's group and matmul called directly. */
-static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, int Tb,
+ * once more at T = Tb with the cuBLASLt path's group and matmul called directly. pf > 0: at every T through mma_pf's
+ * group and matmul in form pf instead (PF_TOL; the bits of a part alone too, since the pf cases' K of at most 2048
+ * allows at most 2 splits, and the group's grid and each part's are both below the GPU's size, so they split alike). */
+static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, int Tb, int pf,
                        uint64_t seed) {
+    pf_form = pf;
     qrt_linear host[QRT_GROUP_MAX], alone[QRT_GROUP_MAX], grouped[QRT_GROUP_MAX];
     void *mem[QRT_GROUP_MAX][2];
     char shape[96];
@@ -355,10 +380,10 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
     for (int ti = 0; ti < nT + (Tb > 0); ti++) {
         const int blas = ti == nT, T = blas ? Tb : Ts[ti];
         void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
-            blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
+            blas ? qrt_cuda_matmul_group_blas : pf ? pf_group : gpu->matmul_group;
         void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
-            blas ? qrt_cuda_matmul_blas : gpu->matmul;
-        const double tol = blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL : 5e-6;
+            blas ? qrt_cuda_matmul_blas : pf ? pf_matmul : gpu->matmul;
+        const double tol = pf ? pf_tol(pf) : blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL : 5e-6;
         float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
         float *xd = dev_in(x, (size_t)T * K);
         float *y_group[QRT_GROUP_MAX], *y_cpu[QRT_GROUP_MAX];
@@ -371,7 +396,7 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
         for (int i = 0; i < n; i++) {
             const size_t len = (size_t)T * N[i];
             char what[160];
-            snprintf(what, sizeof what, "group%s %s T=%d part %d vs cpu", blas ? " blas" : "", shape, T, i);
+            snprintf(what, sizeof what, "group%s %s T=%d part %d vs cpu", mode_name(blas, pf), shape, T, i);
             float *yg = check_dev(what, y_group[i], NULL, y_cpu[i], len, tol);
             float *yd = dev_out(len);
             matmul_op(&alone[i], xd, T, yd);
@@ -401,8 +426,10 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
  * part's bits of matmul on it alone, matmul_swiglu (and every variant of it) the bits of swiglu on those, and both
  * agree with the CPU. Tb > 0: once more at T = Tb with the cuBLASLt path's group and matmul called directly (its
  * reading of the pair layout: each part the bits of the part alone), matmul_swiglu where the path takes it; the CPU
- * comparison only where it is cheap (2·N·K·Tb ≤ 4e9). */
-static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
+ * comparison only where it is cheap (2·N·K·Tb ≤ 4e9). pf > 0: at every T through mma_pf's group, matmul and
+ * matmul_swiglu in form pf instead (PF_TOL). */
+static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, int pf, uint64_t seed) {
+    pf_form = pf;
     qrt_linear host[2], alone[2], paired[2];
     for (int i = 0; i < 2; i++) {
         host[i] = nvfp4_test_part(N, K, seed, i, i ? "pair up" : "pair gate");
@@ -414,9 +441,9 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint6
     for (int ti = 0; ti < nT + (Tb > 0) && g.paired; ti++) {
         const int blas = ti == nT, T = blas ? Tb : Ts[ti];
         void (*const group_op)(const qrt_linear_group *, const float *, int, float *const *) =
-            blas ? qrt_cuda_matmul_group_blas : gpu->matmul_group;
+            blas ? qrt_cuda_matmul_group_blas : pf ? pf_group : gpu->matmul_group;
         void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
-            blas ? qrt_cuda_matmul_blas : gpu->matmul;
+            blas ? qrt_cuda_matmul_blas : pf ? pf_matmul : gpu->matmul;
         const int swiglu_op = !blas || qrt_cuda_blas_takes(QRT_WF_NVFP4, 2 * N * K, T);
         const int on_cpu = !blas || 2.0 * (double)N * (double)K * T <= 4e9;
         const size_t len = (size_t)T * N;
@@ -432,7 +459,7 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint6
         for (int i = 0; i < 2; i++) {
             ya[i] = download(yad[i], len), yp[i] = download(ypd[i], len);
             snprintf(what, sizeof what, "pair%s N=%lld K=%lld T=%d part %d same bits as matmul on it alone",
-                     blas ? " blas" : "", (long long)N, (long long)K, T, i);
+                     mode_name(blas, pf), (long long)N, (long long)K, T, i);
             expect_same_bits(what, yp[i], ya[i], len);
         }
         /* reference: swiglu of the parts run alone (on the GPU for the bits, on the CPU for the values) */
@@ -442,19 +469,19 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint6
         if (on_cpu) {
             cpu->matmul_group(&hg, x, T, cpu_y);
             cpu->swiglu(cpu_y[0], cpu_y[1], len, cpu_y[0]);
-            snprintf(what, sizeof what, "pair%s N=%lld K=%lld T=%d swiglu of the parts vs cpu", blas ? " blas" : "",
+            snprintf(what, sizeof what, "pair%s N=%lld K=%lld T=%d swiglu of the parts vs cpu", mode_name(blas, pf),
                      (long long)N, (long long)K, T);
-            free(check_dev(what, refd, NULL, cpu_y[0], len, blas ? 2 * BLAS_TOL : 5e-6));
+            free(check_dev(what, refd, NULL, cpu_y[0], len, blas ? 2 * BLAS_TOL : pf ? 2 * pf_tol(pf) : 5e-6));
         }
         float *sd = dev_out(len), *scratch = dev_out(len);
         if (swiglu_op) {
-            gpu->matmul_swiglu(&g, xd, T, sd, scratch);
+            (pf ? pf_swiglu : gpu->matmul_swiglu)(&g, xd, T, sd, scratch);
             float *sy = download(sd, len);
             snprintf(what, sizeof what, "  matmul_swiglu T=%d same bits as swiglu on the parts alone", T);
             expect_same_bits(what, sy, ref, len);
             free(sy);
         }
-        for (int v = 0; v < qrt_nvfp4_variant_count() && !blas; v++) {
+        for (int v = 0; v < qrt_nvfp4_variant_count() && !blas && !pf; v++) {
             qrt_nvfp4_matmul_swiglu_variant(v, &g, xd, T, sd);
             float *vy = download(sd, len);
             snprintf(what, sizeof what, "  %s same bits", qrt_nvfp4_variant_name(v));
@@ -469,6 +496,99 @@ static void test_pair(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint6
         free((void *)host[i].data), free((void *)host[i].scales);
     }
     gpu->free(g.fused);
+}
+
+/* ---- the NVFP4 prefill kernel (mma_pf) ------------------------------------------------------------ */
+
+/* An N x K NVFP4 linear through mma_pf in both forms at each T of Ts against the CPU backend's matmul (PF_TOL), and
+ * with x's tokens rotated by one every row bit for bit the row of its token in the first run (a D column is one token:
+ * at one T, so one split of K, the place never changes a result; every token moves to another column, the first and
+ * last of each 64-token block to another block); Tb > 0: also at T = Tb against the cuBLASLt path (BLAS_TOL: its own
+ * error dominates), for the shapes whose CPU reference at that T would take too long. */
+static void test_fp4_prefill(int64_t N, int64_t K, const int *Ts, int nT, int Tb, uint64_t seed) {
+    qrt_linear host = nvfp4_test_part(N, K, seed, 0, "prefill nvfp4"), dev = host;
+    if (gpu->prepare_linear(&dev) != QRT_OK) {
+        CHECK(0, "prepare_linear (prefill): %s", qrt_last_error());
+        free((void *)host.data), free((void *)host.scales);
+        return;
+    }
+    for (int ti = 0; ti < nT + (Tb > 0); ti++) {
+        const int blas = ti == nT, T = blas ? Tb : Ts[ti];
+        const size_t len = (size_t)T * N;
+        float *x = host_rand((size_t)T * K, seed + 400 + (uint64_t)T, -1.0f, 1.0f);
+        float *xr = malloc(sizeof(float) * (size_t)T * K); /* token t of xr is token (t + 1) % T of x */
+        memcpy(xr, x + K, sizeof(float) * (size_t)(T - 1) * K);
+        memcpy(xr + (size_t)(T - 1) * K, x, sizeof(float) * K);
+        float *xd = dev_in(x, (size_t)T * K), *xrd = dev_in(xr, (size_t)T * K), *refd = NULL, *ref = NULL;
+        if (blas) {
+            refd = dev_out(len);
+            qrt_cuda_matmul_blas(&dev, xd, T, refd);
+            ref = download(refd, len);
+        } else {
+            ref = malloc(sizeof(float) * len);
+            cpu->matmul(&host, x, T, ref);
+        }
+        for (int form = 1; form <= 2; form++) {
+            char what[128];
+            float *yd = dev_out(len), *yrd = dev_out(len);
+            qrt_cuda_matmul_fp4_prefill(&dev, xd, T, yd, form);
+            snprintf(what, sizeof what, "fp4 prefill form %d N=%lld K=%lld T=%d vs %s", form, (long long)N,
+                     (long long)K, T, blas ? "cublasLt" : "cpu");
+            float *y = check_dev(what, yd, NULL, ref, len, blas ? BLAS_TOL : pf_tol(form));
+            qrt_cuda_matmul_fp4_prefill(&dev, xrd, T, yrd, form);
+            float *yr = download(yrd, len);
+            snprintf(what, sizeof what, "  tokens rotated by one: same bits");
+            expect_same_bits(what, yr, y + N, (size_t)(T - 1) * N);
+            expect_same_bits(what, yr + (size_t)(T - 1) * N, y, (size_t)N);
+            free(y), free(yr), gpu->free(yd), gpu->free(yrd);
+        }
+        free(ref), free(x), free(xr), gpu->free(xd), gpu->free(xrd);
+        if (refd) gpu->free(refd);
+    }
+    gpu->free((void *)dev.data), gpu->free((void *)dev.scales);
+    free((void *)host.data), free((void *)host.scales);
+}
+
+/* A NaN in one element of token tn: mma_pf gives NaN in every row of that token, in either form, and the other tokens'
+ * rows finite and within PF_TOL of the CPU's (whose rows of tn are NaN too). */
+static void test_fp4_prefill_nan(int64_t N, int64_t K, int T, int tn, uint64_t seed) {
+    qrt_linear host = nvfp4_test_part(N, K, seed, 0, "prefill nvfp4 nan"), dev = host;
+    if (gpu->prepare_linear(&dev) != QRT_OK) {
+        CHECK(0, "prepare_linear (prefill nan): %s", qrt_last_error());
+        free((void *)host.data), free((void *)host.scales);
+        return;
+    }
+    float *x = host_rand((size_t)T * K, seed + 1, -1.0f, 1.0f);
+    x[(size_t)tn * K + K / 2] = NAN;
+    float *xd = dev_in(x, (size_t)T * K), *ref = malloc(sizeof(float) * (size_t)T * N);
+    cpu->matmul(&host, x, T, ref);
+    for (int form = 1; form <= 2; form++) {
+        float *yd = dev_out((size_t)T * N);
+        qrt_cuda_matmul_fp4_prefill(&dev, xd, T, yd, form);
+        float *y = download(yd, (size_t)T * N);
+        int64_t not_nan = -1;
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < N; i++)
+            if (!isnan(y[(size_t)tn * N + i]) && not_nan < 0) not_nan = i;
+        int finite = 1;
+        for (int t = 0; t < T; t++)
+            for (int64_t i = 0; i < N && t != tn; i++) {
+                const double r = ref[(size_t)t * N + i], e = y[(size_t)t * N + i] - r;
+                finite &= isfinite(y[(size_t)t * N + i]);
+                num += e * e, den += r * r;
+            }
+        const double rel = sqrt(num / den);
+        CHECK(not_nan < 0 && finite && rel <= pf_tol(form),
+              "fp4 prefill form %d NaN in token %d of %d: row %lld of it not NaN (-1: none), other tokens %s, rel %.3g",
+              form, tn, T, (long long)not_nan, finite ? "finite" : "not all finite", rel);
+        if (not_nan < 0 && finite && rel <= pf_tol(form))
+            printf("ok   fp4 prefill form %d: NaN in token %d of %d stays in its rows rel %.3g\n", form, tn, T,
+                   rel);
+        free(y), gpu->free(yd);
+    }
+    free(ref), free(x), gpu->free(xd);
+    gpu->free((void *)dev.data), gpu->free((void *)dev.scales);
+    free((void *)host.data), free((void *)host.scales);
 }
 
 /* ---- the other ops ------------------------------------------------------------------------------- */
@@ -995,16 +1115,42 @@ int main(int argc, char **argv) {
         const int Tg[] = {1, 7};
         const int64_t gdn[] = {10240, 6144, 48, 48}, attn[] = {12288, 1024, 1024}, mlp[] = {17408, 17408};
         const int64_t odd[] = {37, 5, 130, 16}, odd2[] = {1000, 17}, mixed[] = {100, 33, 50}, one[] = {21, 9};
-        test_group(gdn, 4, 5120, 0, Tg, 2, 64, 141);
-        test_group(attn, 3, 5120, 0, Tg, 2, 0, 142);
-        test_group(mlp, 2, 5120, 0, Tg, 2, 0, 143);
-        test_group(odd, 4, 176, 0, Tf, 5, 300, 144);
-        test_group(odd2, 2, 48, 0, Tf, 5, 65, 145);
-        test_group(mixed, 3, 1024, 2, Tf, 5, 131, 146);
-        test_group(one, 2, 512, 1, Tg, 2, 64, 147);
-        test_pair(17408, 5120, Tg, 2, 64, 148); /* Qwen3.6-27B's gate|up */
-        test_pair(200, 176, Tf, 5, 131, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
-        test_pair(40, 48, Tf, 5, 300, 150);
+        test_group(gdn, 4, 5120, 0, Tg, 2, 64, 0, 141);
+        test_group(attn, 3, 5120, 0, Tg, 2, 0, 0, 142);
+        test_group(mlp, 2, 5120, 0, Tg, 2, 0, 0, 143);
+        test_group(odd, 4, 176, 0, Tf, 5, 300, 0, 144);
+        test_group(odd2, 2, 48, 0, Tf, 5, 65, 0, 145);
+        test_group(mixed, 3, 1024, 2, Tf, 5, 131, 0, 146);
+        test_group(one, 2, 512, 1, Tg, 2, 64, 0, 147);
+        test_pair(17408, 5120, Tg, 2, 64, 0, 148); /* Qwen3.6-27B's gate|up */
+        test_pair(200, 176, Tf, 5, 131, 0, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
+        test_pair(40, 48, Tf, 5, 300, 0, 150);
+    }
+    /* the NVFP4 prefill kernel mma_pf, both forms: odd shapes (N not a multiple of the block's 128 rows or of 16,
+     * K = 176 below one slice and not a multiple of the 64-element step, K = 512, 1536, 5120) on every token count
+     * around its 64-token blocks; Qwen3.6-27B's down_proj (CPU at 17, cuBLASLt at 2048) and gate|up stacked
+     * (cuBLASLt at 128); fused groups (a mixed one: its BF16 part runs alone) and gate|up pairs. K is split (its
+     * partial sums added by fp4_pf_sum) where the grid is small and K has 32 steps of 64 or more: N=300 K=5120,
+     * down_proj at 17 (10 splits), the groups and pairs at K = 2048 */
+    {
+        const int Tp[] = {17, 33, 64, 100, 128, 257, 2048}, Tp3[] = {17, 100, 257}, Tp_small[] = {33, 64, 128};
+        const int T17[] = {17}, Tpg[] = {17, 64, 100, 257};
+        test_fp4_prefill(1000, 176, Tp, 7, 0, 160);
+        test_fp4_prefill(130, 1536, Tp3, 3, 0, 161);
+        test_fp4_prefill(37, 512, Tp_small, 3, 0, 162);
+        test_fp4_prefill(300, 5120, Tp3, 3, 0, 163);
+        test_fp4_prefill(5120, 17408, T17, 1, 2048, 164);
+        test_fp4_prefill(2 * 17408, 5120, NULL, 0, 128, 165);
+        test_fp4_prefill_nan(130, 1536, 40, 5, 166);
+        const int64_t odd[] = {37, 5, 130, 16}, mixed[] = {100, 33, 50};
+        for (int pf = 1; pf <= 2; pf++) {
+            test_group(odd, 4, 176, 0, Tpg, 4, 0, pf, 167);
+            test_group(odd, 4, 2048, 0, Tp3, 3, 0, pf, 171); /* K split in 2 (32 steps over a 2-block grid) */
+            test_group(mixed, 3, 1024, 2, Tp3, 3, 0, pf, 168);
+            test_pair(200, 176, Tpg, 4, 0, pf, 169);
+            test_pair(200, 2048, Tp3, 3, 0, pf, 172); /* split K */
+            test_pair(40, 48, Tp_small, 3, 0, pf, 170);
+        }
     }
     /* norms */
     test_rmsnorm(7, 5120, 71);

@@ -57,6 +57,19 @@ void qrt_cuda_matmul_hand(const qrt_linear *W, const float *x, int T, float *y);
 /* Every part of a group through it (F32 parts through the hand kernel), x converted once. */
 void qrt_cuda_matmul_group_blas(const qrt_linear_group *g, const float *x, int T, float *const *y);
 
+/* ---- the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu) ---- */
+/* What QRT_FP4_PREFILL asks for (read once): 0 (unset or 0: matmul, matmul_group and matmul_swiglu keep the
+ * autotuned variants), 1 or 2: they run mma_pf on NVFP4 weights above QRT_GRAPH_MAX_T and below the cuBLASLt path's
+ * threshold, with x as f16 hi + lo (1) or as f16 alone (2). Any other value: 0, with a message on stderr. */
+int qrt_cuda_fp4_prefill_form(void);
+/* y [T][N] = x [T][K] · Wᵀ through mma_pf in form 1 or 2 at any T (an NVFP4 weight, not a pair part). */
+void qrt_cuda_matmul_fp4_prefill(const qrt_linear *W, const float *x, int T, float *y, int form);
+/* matmul_group and matmul_swiglu with their NVFP4 launches through mma_pf in form 1 or 2 at any T (the cuBLASLt path
+ * still takes a part that is not fused when it would take it alone). */
+void qrt_cuda_matmul_group_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *const *y, int form);
+void qrt_cuda_matmul_swiglu_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *y, float *up,
+                                        int form);
+
 /* ---- helpers for tests and benchmarks (elementwise.cu) ---- */
 /* Fill bytes of device memory with a pseudo-random pattern (a hash of seed and the byte index). */
 void qrt_cuda_fill_random_bytes(void *p, size_t bytes, uint64_t seed);

@@ -186,6 +186,21 @@ __device__ __forceinline__ float block_max(float v, float *scratch) { return blo
 /* ---- tensor-core instructions (mma.sync, sm_80 and later) ---------------------------------------------------
  * d += a · b for one warp: a is the 16 x k tile (row-major fragments), b the k x 8 tile (column-major), d the 16 x 8
  * f32 accumulator; which lane holds which element is the PTX ISA's fragment layout for the shape. */
+/* The shared-memory address of a generic pointer into shared memory (what ldmatrix and cp.async take). */
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* The operands' loads: four 8x8 b16 matrices; lane l gives the address of row l & 7 of matrix l >> 3. trans: each transposed. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
 /* m16n8k16, f16 inputs */
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

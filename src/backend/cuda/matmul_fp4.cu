@@ -14,7 +14,8 @@
  *   mma_ck12x2eh
  *   mma_ck12x2eht
  * Where a variant cannot run (the T it does not serve, a GPU below sm_90, a grid that does not fit) mma_w1 runs in its
- * place, and the autotuner does not time it there (qrt_nvfp4_variant_runs). */
+ * place, and the autotuner does not time it there (qrt_nvfp4_variant_runs). Not a variant: the prefill kernel mma_pf
+ * (matmul_fp4_prefill.cu), which sums in another order and runs only where matmul.cu sends prefill calls to it. */
 #include <string.h>
 
 #include "backend/cuda/matmul_fp4.cuh"
@@ -57,18 +58,6 @@ __global__ void fp4_prep_x(const float *x /* [T][K] */, int64_t K, int T, int64_
  * stream, so the buffer is never in use by two kernels at once. */
 static uint4 *xf_buf = NULL;
 static size_t xf_cap = 0; /* bytes, fragments then scales */
-
-/* One linear as a single segment. */
-static fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
-    fp4_segments seg;
-    memset(&seg, 0, sizeof seg);
-    seg.count = 1;
-    seg.tile_begin[1] = (W->n + 15) / 16;
-    seg.rows[0] = W->n;
-    seg.scale2[0] = W->scale2;
-    seg.y[0] = y;
-    return seg;
-}
 
 /* x [T][K] → xf_buf fragments and slice scales (fp4_prep_x); returns the scales. */
 static float *fp4_prepare_x(const float *x, int64_t K, int T, int64_t S) {

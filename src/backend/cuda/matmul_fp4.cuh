@@ -41,6 +41,8 @@
 
 #ifndef QRT_MATMUL_FP4_CUH
 #define QRT_MATMUL_FP4_CUH
+#include <string.h>
+
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -76,6 +78,19 @@ __device__ __forceinline__ void fp4_prep_load(const float *xrow /* [K] */, int64
         }
     }
 }
+/* The power of two `up` that puts a largest magnitude m in [2^14, 2^15), so that hi = f16(x · up) stays normal and
+ * lo = f16(x · up − hi) keeps ~11 more bits, and down = 1 / up (both 1 for m = 0, ±Inf or above 3e38). The exponent
+ * straight from the bits: frexpf's for a normal m (E - 126), and below 2^-100 the clamp decides anyway. */
+__device__ __forceinline__ void fp4_pow2_scale(float m, float &up, float &down) {
+    up = 1.0f;
+    down = 1.0f;
+    if (m > 0.0f && m <= 3.0e38f) {
+        int ex = (int)(__float_as_uint(m) >> 23) - 126;
+        ex = ex < -100 ? -100 : ex;
+        up = __uint_as_float((uint32_t)(127 + 15 - ex) << 23);
+        down = __uint_as_float((uint32_t)(127 + ex - 15) << 23);
+    }
+}
 /* Convert: the fragment entry (q, i, c) for q = 0..3, u[q]; down = 2^e, the factor that undoes the slice's scaling.
  * Every lane of the warp must call it (a warp max). */
 __device__ __forceinline__ void fp4_prep_convert(const float (&v)[4][4], uint4 (&u)[4], float &down) {
@@ -85,16 +100,8 @@ __device__ __forceinline__ void fp4_prep_convert(const float (&v)[4][4], uint4 (
 #pragma unroll
         for (int e = 0; e < 4; e++) m = fmaxf(m, fabsf(v[q][e]));
     m = warp_max(m);
-    /* scale so the slice's largest magnitude lands in [2^14, 2^15): hi stays normal, lo keeps ~11 more bits. The
-     * exponent straight from the bits: frexpf's for a normal m (E - 126), and below 2^-100 the clamp decides anyway */
-    float up = 1.0f;
-    down = 1.0f;
-    if (m > 0.0f && m <= 3.0e38f) {
-        int ex = (int)(__float_as_uint(m) >> 23) - 126;
-        ex = ex < -100 ? -100 : ex;
-        up = __uint_as_float((uint32_t)(127 + 15 - ex) << 23);
-        down = __uint_as_float((uint32_t)(127 + ex - 15) << 23);
-    }
+    float up;
+    fp4_pow2_scale(m, up, down);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         __half h[4], l[4];
@@ -381,6 +388,17 @@ typedef struct {
     float scale2[QRT_GROUP_MAX];
     float *y[QRT_GROUP_MAX];               /* [T][rows[i]] */
 } fp4_segments;
+/* One linear (its rows, scale2, output y [T][N]) as a single segment. */
+static inline fp4_segments fp4_one_segment(const qrt_linear *W, float *y) {
+    fp4_segments seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = 1;
+    seg.tile_begin[1] = (W->n + 15) / 16;
+    seg.rows[0] = W->n;
+    seg.scale2[0] = W->scale2;
+    seg.y[0] = y;
+    return seg;
+}
 /* Every kernel takes its segments as a __grid_constant__ parameter, read in place from the parameter bank. As a plain
  * by-value struct indexed at run time (tile_begin[count], a tile's part) it was copied by every thread into local
  * memory at the kernel's start (128 bytes of local loads and stores per thread); scripts/test.sh checks that no
@@ -569,6 +587,8 @@ void fp4_run_k4(const fp4_launch &a);   /* matmul_fp4_w1k.cu: any T */
 bool fp4_run_il(const fp4_launch &a);   /* matmul_fp4_il.cu: any T */
 bool fp4_run_cl(const fp4_launch &a);   /* matmul_fp4_cl.cu: T = 1, sm_90 */
 bool fp4_run_gemm(const fp4_launch &a); /* matmul_fp4_gemm.cu: T >= 16 */
+/* The prefill kernel mma_pf over the segments at any T (matmul_fp4_prefill.cu): form 1 x as f16 hi + lo, 2 as f16. */
+void fp4_run_prefill(const uint8_t *blocks, const fp4_segments &seg, int64_t K, const float *x, int T, int form);
 /* mma_ck's configurations (matmul_fp4_ck.cu: T = 1, sm_90); fits: whether its cluster sums fit beside its rings for
  * an N x K weight when the clusters fill the GPU. */
 enum { FP4_CK_8X2E, FP4_CK_12X2, FP4_CK_8X2EH, FP4_CK_12X2EH, FP4_CK_12X2EHT, FP4_CK_CONFIGS };
