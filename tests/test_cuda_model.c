@@ -1,16 +1,16 @@
-/* End to end on the GPU: load each fixture model (tests/data/tiny-*) on the cuda device and check that
- * greedy generation reproduces the Hugging Face continuations stored in reference.safetensors
- * (gen_long after the 130-token prompt, gen_short after the 5-token one; 40 tokens each), and report how
- * far the first-step logits are from HF's; after the 4080-token prompt of reference-long.safetensors, HF's logits
- * at 14 positions and 16 greedy tokens with their logits (run_long_case; on tiny-mm also with the bf16 and fp8 KV
- * caches). On the model with an MTP head, speculative decoding at K = 1..8 must give the same tokens, also with drafts forced to agree (full accepts) or to fail at every position
- * (rollback at each j) on the GPU. CUDA graphs (on by default) must give exactly the tokens of plain launches
- * (QRT_CUDA_GRAPHS=0's path), in plain greedy decoding and speculative at several K, over positions that cross
- * attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must actually be
- * replayed; the same with the bf16 and fp8 KV caches. Speculation continues a session as a conversation's next turns
- * do (tests/continued_spec.h): each turn speculates and gives the tokens of a fresh generation of the whole
- * conversation, the MTP head's cache and kept hidden equal to a fresh session's. Exit 77 (CTest SKIP) when there is
- * no GPU. */
+/* End to end on the GPU: load each fixture model (tests/data/tiny-*) on the cuda device and check that greedy
+ * generation reproduces the Hugging Face continuations stored in reference.safetensors (gen_long after the 130-token
+ * prompt, gen_short after the 5-token one; 40 tokens each), and report how far the first-step logits are from HF's;
+ * after the 4080-token prompt of reference-long.safetensors, HF's logits at 14 positions and 16 greedy tokens with
+ * their logits (run_long_case; on tiny-mm also with the bf16 and fp8 KV caches). On the model with an MTP head,
+ * speculative decoding at K = 1..8 must give the same tokens, also with drafts forced to agree (full accepts) or to
+ * fail at every position (rollback at each j) on the GPU. CUDA graphs (on by default) must give exactly the tokens of
+ * plain launches (QRT_CUDA_GRAPHS=0's path), in plain greedy decoding and speculative at several K, over positions
+ * that cross attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must
+ * actually be replayed; the same with the bf16 and fp8 KV caches. Speculation continues a session as a conversation's
+ * next turns do (tests/continued_spec.h): each turn speculates and gives the tokens of a fresh generation of the whole
+ * conversation, the MTP head's cache and kept hidden equal to a fresh session's. Exit 77 (CTest SKIP) when there is no
+ * GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
