@@ -584,7 +584,8 @@ static int run(bench *b) {
     if (!load(b, gpu, &build_s)) return 1;
     mem_marks mm = {0};
     const int gpu_mem = gpu && d.gpu;
-    if (gpu_mem) mm.total = d.mem_gb * 1e9, mm.before = d.mem_free_gb * 1e9, mm.model = (double)b->real_be->mem_available();
+    if (gpu_mem) mm.total = d.mem_gb * 1e9, mm.before = d.mem_free_gb * 1e9;
+    if (gpu_mem) mm.model = (double)b->real_be->mem_available();
     const int simulated = b->sim_al >= 0;
     b->tags = tags_for(b, 0);
     int use_chat = !strcmp(b->prompt, "chat");
@@ -687,8 +688,7 @@ static int run(bench *b) {
                       b->m->mtp.present, "build_s", qrt_json_real(build_s), "weight_bytes_per_token",
                       (json_int_t)tb.weights, "mtp_step_bytes", (json_int_t)tb.mtp_step);
         json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:i, s:i, s:i, s:s, s:b, s:o, s:s}, s:o, s:o, s:o}",
-                              "tool",
-                              "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
+                              "tool", "bench", "schema_version", 1, "date", date, "backend", b->real_be->name, "device",
                               qrt_devinfo_json(&d), "model", model, "settings", "n_new", b->n_new, "reps", b->reps,
                               "warmup", 1, "prompt", b->prompt, "tokenizer", b->tok != NULL, "sim_al",
                               simulated ? qrt_json_real(b->sim_al) : json_null(), "kv", kv_words[b->kv], "rows", jrows,

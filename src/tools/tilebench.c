@@ -475,9 +475,8 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
 #ifdef QRT_HAVE_CUDA
     const qrt_linear *w = &W->w[0];
     if (b->gpu && qrt_cuda_blas_takes(w->fmt, w->n * w->k, T)) return TB_BLAS;
-    if (b->gpu && w->fmt == QRT_WF_NVFP4 && T > QRT_GRAPH_MAX_T && T < qrt_cuda_blas_min_t(QRT_WF_NVFP4) &&
-        qrt_cuda_fp4_prefill_form())
-        return qrt_cuda_fp4_prefill_form() == 1 ? TB_PF_HILO : TB_PF_F16;
+    const int pf = b->gpu && w->fmt == QRT_WF_NVFP4 ? qrt_cuda_fp4_prefill_at(T) : 0;
+    if (pf) return pf == 1 ? TB_PF_HILO : TB_PF_F16;
     if (b->gpu && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(w, T);
     if (b->gpu && (w->fmt == QRT_WF_BF16 || w->fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(w->n, T);
     if (b->gpu) return TB_HAND;
@@ -501,7 +500,11 @@ static const char *kernel_name(qrt_wformat fmt, int v) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0) return fmt == QRT_WF_NVFP4 ? qrt_nvfp4_variant_name(v) : qrt_dense_mma_variant_name(v);
 #endif
-    return v == TB_BLAS ? "cublasLt" : v == TB_HAND ? "hand" : v == TB_PF_HILO ? "fp4pf" : v == TB_PF_F16 ? "fp4pf_f16" : "matmul";
+    return v == TB_BLAS      ? "cublasLt"
+           : v == TB_HAND    ? "hand"
+           : v == TB_PF_HILO ? "fp4pf"
+           : v == TB_PF_F16  ? "fp4pf_f16"
+                             : "matmul";
 }
 
 typedef struct {

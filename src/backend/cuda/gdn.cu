@@ -593,7 +593,6 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 2)
     }
 }
 
-__device__ __forceinline__ unsigned gdn_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* rows × COLS floats (COLS a multiple of 4) from global rows of stride ldg into shared rows of stride lds, by the
  * block, 16 bytes per cp.async (every row 16-byte aligned on both sides) */
 template <int COLS>
@@ -601,7 +600,7 @@ __device__ __forceinline__ void gdn_copy_rows(float *dst, int lds, const float *
     constexpr int Q = COLS / 4;
     for (int e = threadIdx.x; e < rows * Q; e += blockDim.x) {
         const int r = e / Q, q = e % Q;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(gdn_smem_addr(dst + r * lds + 4 * q)),
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst + r * lds + 4 * q)),
                      "l"(src + (size_t)r * ldg + 4 * q)
                      : "memory");
     }

@@ -30,9 +30,7 @@ extern "C" void qrt_cuda_matmul_hand(const qrt_linear *W, const float *x, int T,
     }
 }
 
-/* The prefill kernel's form for an NVFP4 call at T that the cuBLASLt path does not take (qrt_cuda_fp4_prefill_form
- * above QRT_GRAPH_MAX_T and below the cuBLASLt threshold, outside a recorded graph), else 0: the autotuned variant. */
-static int fp4_prefill_at(int T) {
+extern "C" int qrt_cuda_fp4_prefill_at(int T) {
     int max_pos;
     if (T <= QRT_GRAPH_MAX_T || T >= qrt_cuda_blas_min_t(QRT_WF_NVFP4) || qrt_cuda_graph_pos(&max_pos)) return 0;
     return qrt_cuda_fp4_prefill_form();
@@ -56,7 +54,7 @@ static void matmul_with(int form, const qrt_linear *W, const float *x, int T, fl
 }
 
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y) {
-    matmul_with(fp4_prefill_at(T), W, x, T, y);
+    matmul_with(qrt_cuda_fp4_prefill_at(T), W, x, T, y);
 }
 
 extern "C" void qrt_cuda_matmul_fp4_prefill(const qrt_linear *W, const float *x, int T, float *y, int form) {
@@ -124,7 +122,7 @@ void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, fl
         qrt_cuda_swiglu(y, up, (size_t)T * g->part[0]->n, y);
         return;
     }
-    swiglu_off_blas(fp4_prefill_at(T), g, x, T, y, up);
+    swiglu_off_blas(qrt_cuda_fp4_prefill_at(T), g, x, T, y, up);
 }
 
 extern "C" void qrt_cuda_matmul_swiglu_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *y,
@@ -135,7 +133,7 @@ extern "C" void qrt_cuda_matmul_swiglu_fp4_prefill(const qrt_linear_group *g, co
 
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
     if (group_takes_blas(g, T)) qrt_cuda_matmul_group_blas(g, x, T, y);
-    else group_off_blas(fp4_prefill_at(T), g, x, T, y);
+    else group_off_blas(qrt_cuda_fp4_prefill_at(T), g, x, T, y);
 }
 
 extern "C" void qrt_cuda_matmul_group_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *const *y,
