@@ -633,18 +633,12 @@ __global__ void __launch_bounds__(128, 1)
  * attention call, which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a
  * later model with larger heads replaces it (cudaFree waits for the kernels that use the old one; graphs recorded
  * with the old one are retired by the epoch). */
-static float *att_part = NULL;
-static size_t att_part_floats = 0;
+static void *att_part = NULL;
+static size_t att_part_bytes = 0;
 
 static float *attention_scratch(int Hq, int Dh) {
     const size_t need = (size_t)Hq * (Dh + 2) * QRT_MAX(ATT_SLICE * ATT_MAX_CHUNKS, FA_SLICE * FA_MAX_CHUNKS);
-    if (need > att_part_floats) {
-        if (att_part) QRT_CUDA_CHECK(cudaFree(att_part));
-        QRT_CUDA_CHECK(cudaMalloc(&att_part, need * sizeof(float)));
-        att_part_floats = need;
-        qrt_cuda_scratch_moved();
-    }
-    return att_part;
+    return static_cast<float *>(qrt_cuda_grow(&att_part, &att_part_bytes, need * sizeof(float)));
 }
 
 /* The most chunks of any token of a recorded call, whose positions are only known to be below max_pos: every

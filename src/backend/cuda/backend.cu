@@ -208,6 +208,19 @@ const int *qrt_cuda_graph_pos(int *max_pos) {
 const int32_t *qrt_cuda_graph_ids(void) { return recording ? step_dev + STEP_IDS : NULL; }
 void qrt_cuda_scratch_moved(void) { epoch++; }
 
+void *qrt_cuda_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        if (*buf) {
+            QRT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+            QRT_CUDA_CHECK(cudaFree(*buf));
+        }
+        QRT_CUDA_CHECK(cudaMalloc(buf, bytes));
+        *cap = bytes;
+        qrt_cuda_scratch_moved();
+    }
+    return *buf;
+}
+
 static int cuda_graph_begin(int max_pos) {
     if (!step_dev) QRT_CUDA_CHECK(cudaGetSymbolAddress((void **)&step_dev, step_slot));
     /* thread-local mode: this thread may not allocate or synchronize while capturing (an error if it tries) */

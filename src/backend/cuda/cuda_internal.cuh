@@ -233,6 +233,9 @@ const int *qrt_cuda_graph_pos(int *max_pos);
 const int32_t *qrt_cuda_graph_ids(void);
 /* A grow-on-demand device buffer has been reallocated: graphs recorded before may point at the old one. */
 void qrt_cuda_scratch_moved(void);
+/* A grow-on-demand device buffer *buf of *cap bytes made at least `bytes`: the old one is freed only after the calling
+ * thread's queued work (a kernel may still read it), and the move is reported (qrt_cuda_scratch_moved). */
+void *qrt_cuda_grow(void **buf, size_t *cap, size_t bytes);
 
 /* Device bytes of an NVFP4 weight of n rows and k columns in the matmul's layout (slice blocks, matmul_fp4_layout.cu). */
 extern "C" size_t qrt_nvfp4_device_bytes(int64_t n, int64_t k);

@@ -96,8 +96,8 @@ extern "C" int qrt_cuda_blas_takes(int fmt, int64_t elems, int T) {
 
 static cublasLtHandle_t blas_handle;
 static void *blas_workspace;
-static __nv_bfloat16 *xb_buf, *wb_buf;
-static size_t xb_cap, wb_cap; /* elements */
+static void *xb_buf, *wb_buf; /* bf16 */
+static size_t xb_cap, wb_cap; /* bytes */
 
 static void blas_init(void) {
     if (blas_handle) return;
@@ -106,18 +106,8 @@ static void blas_init(void) {
 }
 
 /* A grow-on-demand buffer of at least n bf16 (never used inside a recorded graph, but a move is still reported). */
-static __nv_bfloat16 *grow(__nv_bfloat16 **buf, size_t *cap, size_t n) {
-    if (n > *cap) {
-        /* the buffer may still be read by a queued GEMM: free it only after the stream's work */
-        if (*buf) {
-            QRT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
-            QRT_CUDA_CHECK(cudaFree(*buf));
-        }
-        QRT_CUDA_CHECK(cudaMalloc(buf, n * sizeof(__nv_bfloat16)));
-        *cap = n;
-        qrt_cuda_scratch_moved();
-    }
-    return *buf;
+static __nv_bfloat16 *grow(void **buf, size_t *cap, size_t n) {
+    return static_cast<__nv_bfloat16 *>(qrt_cuda_grow(buf, cap, n * sizeof(__nv_bfloat16)));
 }
 
 static inline int64_t blas_ld(int64_t K) { return (K + 7) / 8 * 8; } /* bf16 rows padded to 16 bytes */

@@ -43,22 +43,18 @@ __global__ void permute_x_lanes(const float *x /* [T][K] */, int64_t K, int T, i
 
 /* One lane-order buffer, grown on demand (a move reported to the graph epoch); every op runs on the calling thread's
  * default stream, so it is never in use by two kernels at once. */
-static float4 *xp_buf = NULL;
-static size_t xp_cap = 0; /* float4s */
+static void *xp_buf = NULL;
+static size_t xp_cap = 0; /* bytes */
 
 static const float4 *permute_x(const float *x, int64_t K, int T, int CE, int64_t *G_out) {
     const int64_t G = (K + 32 * CE - 1) / (32 * CE);
     const size_t quads = (size_t)T * G * (CE / 4) * 32;
-    if (quads > xp_cap) {
-        if (xp_buf) QRT_CUDA_CHECK(cudaFree(xp_buf));
-        xp_cap = quads < ((size_t)1 << 18) ? ((size_t)1 << 18) : quads;
-        QRT_CUDA_CHECK(cudaMalloc(&xp_buf, xp_cap * sizeof(float4)));
-        qrt_cuda_scratch_moved();
-    }
+    const size_t bytes = QRT_MAX(quads, (size_t)1 << 18) * sizeof(float4);
+    float4 *xp = static_cast<float4 *>(qrt_cuda_grow(&xp_buf, &xp_cap, bytes));
     size_t blocks = (quads + 255) / 256;
-    QRT_LAUNCH(permute_x_lanes, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, x, K, T, CE, G, xp_buf);
+    QRT_LAUNCH(permute_x_lanes, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, x, K, T, CE, G, xp);
     *G_out = G;
-    return xp_buf;
+    return xp;
 }
 
 

@@ -61,18 +61,9 @@ __global__ void __launch_bounds__(WPB * 32) fp4_mma_il(const uint8_t *blocks /* 
     for (int tile = tb0 + warp; tile < tb0 + nt; tile += WPB) fp4_part_total<NT, PAIR>(part, seg, tile, S, T, t0, lane);
 }
 
-/* The split-tile scratch (every unit's p), grown on demand; a move is reported to the graph epoch. */
-static float *il_part = NULL;
-static size_t il_part_cap = 0; /* floats */
-
-static void il_scratch(int64_t units, int tp) {
-    const size_t part = (size_t)units * tp * 16;
-    if (part <= il_part_cap) return;
-    if (il_part) QRT_CUDA_CHECK(cudaFree(il_part));
-    il_part_cap = part;
-    QRT_CUDA_CHECK(cudaMalloc(&il_part, sizeof(float) * part));
-    qrt_cuda_scratch_moved();
-}
+/* The split-tile scratch (every unit's p), grown on demand (qrt_cuda_grow). */
+static void *il_part = NULL;
+static size_t il_part_cap = 0; /* bytes */
 
 /* mma_il: as many blocks as fit at once, never more than tiles (a block owns whole tiles); one launch per pass. */
 template <int NT, int WPB, int D, bool SX, bool PAIR>
@@ -83,11 +74,12 @@ static bool launch_il(const uint8_t *blocks, const fp4_segments &seg, const fp4_
     static fp4_occupancy occ;
     const int64_t grid = fp4_resident(fp4_mma_il<NT, WPB, D, SX, PAIR>, WPB * 32, smem, 1, occ, tiles);
     if (grid < 1) return false;
-    il_scratch(units, QRT_MIN(T, 4 * NT));
+    float *part = static_cast<float *>(
+        qrt_cuda_grow(&il_part, &il_part_cap, sizeof(float) * (size_t)units * QRT_MIN(T, 4 * NT) * 16));
     QRT_ASSERT(units < INT32_MAX); /* the kernel's unit bookkeeping is 32-bit */
     for (int t0 = 0; t0 < T; t0 += 4 * NT)
         QRT_LAUNCH(fp4_mma_il<NT, WPB, D, SX, PAIR>, (unsigned)grid, WPB * 32, smem, blocks, seg, xs, x, K, S, T, t0,
-                   il_part);
+                   part);
     return true;
 }
 

@@ -251,24 +251,10 @@ __global__ void fp4_pf_sum(const __grid_constant__ fp4_segments seg, const float
     }
 }
 
-/* x's f16 forms and scales, grown on demand (a move reported to the graph epoch; the prefill kernel never runs
+/* x's f16 forms and scales and the splits' sums, grown on demand (qrt_cuda_grow; the prefill kernel never runs
  * inside a recorded graph, but tilebench records it after its warmups have grown the buffer). */
-static uint8_t *pf_buf = NULL;
+static void *pf_buf = NULL;
 static size_t pf_cap = 0; /* bytes */
-
-/* The buffer for x's f16 forms, their scales and the splits' sums: at least `bytes`. */
-static uint8_t *pf_scratch(size_t bytes) {
-    if (bytes > pf_cap) {
-        if (pf_buf) { /* may still be read by a queued launch */
-            QRT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
-            QRT_CUDA_CHECK(cudaFree(pf_buf));
-        }
-        QRT_CUDA_CHECK(cudaMalloc(&pf_buf, bytes));
-        pf_cap = bytes;
-        qrt_cuda_scratch_moved();
-    }
-    return pf_buf;
-}
 
 #define PF_MIN_SPLIT_STEPS 16 /* a split runs at least this many steps (1024 of K): its prologue and sums stay small */
 
@@ -288,7 +274,7 @@ static void pf_run(const uint8_t *blocks, const fp4_segments &seg, int64_t K, co
     const size_t half_bytes = (size_t)T * Kp * sizeof(__half);
     const size_t scale_bytes = ((size_t)T * sizeof(float) + 15) & ~(size_t)15;
     const size_t part_bytes = splits > 1 ? (size_t)splits * T * tiles * 16 * sizeof(float) : 0;
-    uint8_t *buf = pf_scratch(2 * half_bytes + scale_bytes + part_bytes);
+    uint8_t *buf = static_cast<uint8_t *>(qrt_cuda_grow(&pf_buf, &pf_cap, 2 * half_bytes + scale_bytes + part_bytes));
     __half *xh = reinterpret_cast<__half *>(buf), *xl = reinterpret_cast<__half *>(buf + half_bytes);
     float *xdown = reinterpret_cast<float *>(buf + 2 * half_bytes);
     float *part = reinterpret_cast<float *>(buf + 2 * half_bytes + scale_bytes);
