@@ -21,14 +21,14 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
         PATH=$PATH:/usr/local/cuda/bin cmake -S . -B build-cuda-sm80 -DCMAKE_BUILD_TYPE=Release -DQRT_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES=80 >/dev/null
         PATH=$PATH:/usr/local/cuda/bin cmake --build build-cuda-sm80 -j"$jobs" --target qwenrt qwenrt_tools
-        echo "== no NVFP4 matmul kernel keeps anything in local memory (sm_90a)"
+        echo "== no NVFP4 or tensor-core dense matmul kernel keeps anything in local memory (sm_90a)"
         # A per-thread local copy of a by-value kernel parameter cost 2.5% of decode on the H200;
         # ptxas names every kernel that uses local memory. Allowed: the layout change run at load (fp4_to_blocks).
-        lmem=$(for f in src/backend/cuda/matmul_fp4*.cu; do
+        lmem=$(for f in src/backend/cuda/matmul_fp4*.cu src/backend/cuda/matmul_dense_mma.cu; do
             /usr/local/cuda/bin/nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc --default-stream=per-thread \
                 -Xptxas -warn-lmem-usage -cubin -o /dev/null "$f" 2>&1; done |
             grep 'Local memory used' | grep -v 'fp4_to_blocks' || true)
-        if [ -n "$lmem" ]; then echo "$lmem"; echo "FAIL: local memory in an NVFP4 matmul kernel"; exit 1; fi
+        if [ -n "$lmem" ]; then echo "$lmem"; echo "FAIL: local memory in a matmul kernel"; exit 1; fi
     fi
 fi
 

@@ -340,39 +340,55 @@ static void pf_swiglu(const qrt_linear_group *g, const float *x, int T, float *y
 }
 static const char *mode_name(int blas, int pf) { return blas ? " blas" : pf == 1 ? " pf1" : pf == 2 ? " pf2" : ""; }
 
-/* Parts of N[i] rows over the same K, NVFP4 unless bf16_mask has bit i (a mixed group: the NVFP4 parts fuse, the
- * others run alone). The group's outputs must be bit-identical to matmul on each part prepared alone (and to
- * matmul on the grouped parts, which now read the fused allocation), and agree with the CPU's matmul_group. Tb > 0:
- * once more at T = Tb with the cuBLASLt path's group and matmul called directly. pf > 0: at every T through mma_pf's
- * group and matmul in form pf instead (PF_TOL; the bits of a part alone too, since the pf cases' K of at most 2048
- * allows at most 2 splits, and the group's grid and each part's are both below the GPU's size, so they split alike). */
-static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, const int *Ts, int nT, int Tb, int pf,
-                       uint64_t seed) {
+/* Part i of a dense test group in format fmt (BF16, or FP8 block-128 with random codes and block scales), data and
+ * scales malloc'ed (the caller frees them). */
+static qrt_linear dense_test_part(qrt_wformat fmt, int64_t N, int64_t K, uint64_t seed, int i, const char *name) {
+    const size_t elems = (size_t)N * (size_t)K;
+    qrt_linear w = {.fmt = fmt, .n = N, .k = K, .name = name};
+    if (fmt == QRT_WF_BF16) {
+        uint16_t *v = malloc(sizeof(uint16_t) * elems);
+        for (size_t j = 0; j < elems; j++) v[j] = qrt_f32_to_bf16(urand(seed * 31 + (uint64_t)i, j, -0.1f, 0.1f));
+        w.data = v;
+        return w;
+    }
+    uint8_t *codes = malloc(elems);
+    for (size_t j = 0; j < elems; j++) { /* e4m3 codes, never NaN (0x7f / 0xff) */
+        const uint8_t b = (uint8_t)(qrt_mix64(seed * 31 + (uint64_t)i * 1000003u + j) >> 24);
+        codes[j] = (b & 0x7f) == 0x7f ? (uint8_t)(b ^ 1) : b;
+    }
+    w.data = codes;
+    w.scales = host_rand((size_t)QRT_CEIL_DIV(N, 128) * (size_t)QRT_CEIL_DIV(K, 128), seed + 7 + (uint64_t)i,
+                         1.0f / 256, 1.0f / 64);
+    return w;
+}
+
+/* Parts of N[i] rows over the same K, NVFP4 unless dense_mask has bit i, then in format dense (BF16 or FP8 block-128;
+ * a mixed group: the NVFP4 parts fuse, the others run alone; all dense: one tensor-core launch). The group's outputs
+ * must be bit-identical to matmul on each part prepared alone (and to matmul on the grouped parts, which now read the
+ * fused allocation), and agree with the CPU's matmul_group. Tb > 0: once more at T = Tb with the cuBLASLt path's
+ * group and matmul called directly. pf > 0: at every T through mma_pf's group and matmul in form pf instead (PF_TOL;
+ * the bits of a part alone too, since the pf cases' K of at most 2048 allows at most 2 splits, and the group's grid
+ * and each part's are both below the GPU's size, so they split alike). */
+static void test_group(const int64_t *N, int n, int64_t K, unsigned dense_mask, qrt_wformat dense, const int *Ts,
+                       int nT, int Tb, int pf, uint64_t seed) {
     pf_form = pf;
     qrt_linear host[QRT_GROUP_MAX], alone[QRT_GROUP_MAX], grouped[QRT_GROUP_MAX];
     void *mem[QRT_GROUP_MAX][2];
     char shape[96];
     int at = snprintf(shape, sizeof shape, "K=%lld N=", (long long)K);
     for (int i = 0; i < n; i++) {
-        const int bf16 = (bf16_mask >> i) & 1;
-        at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld%s", i ? "," : "", (long long)N[i],
-                       bf16 ? "(bf16)" : "");
-        const size_t elems = (size_t)N[i] * (size_t)K;
-        if (bf16) {
-            uint16_t *w = malloc(sizeof(uint16_t) * elems);
-            for (size_t j = 0; j < elems; j++) w[j] = qrt_f32_to_bf16(urand(seed * 31 + (uint64_t)i, j, -0.1f, 0.1f));
-            mem[i][0] = w, mem[i][1] = NULL;
-            host[i] = (qrt_linear){.fmt = QRT_WF_BF16, .n = N[i], .k = K, .data = w, .name = "group bf16 part"};
-        } else {
-            host[i] = nvfp4_test_part(N[i], K, seed, i, "group nvfp4 part");
-            mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
-        }
+        const int is_dense = (dense_mask >> i) & 1;
+        at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld%s%s%s", i ? "," : "", (long long)N[i],
+                       is_dense ? "(" : "", is_dense ? qrt_wformat_name(dense) : "", is_dense ? ")" : "");
+        host[i] = is_dense ? dense_test_part(dense, N[i], K, seed, i, "group dense part")
+                           : nvfp4_test_part(N[i], K, seed, i, "group nvfp4 part");
+        mem[i][0] = (void *)host[i].data, mem[i][1] = (void *)host[i].scales;
         if (!prepare_copies(&host[i], &alone[i], &grouped[i], "group part")) return;
     }
     qrt_linear_group hg = {n, {NULL}, NULL, 0, 0}, g = {n, {NULL}, NULL, 0, 0};
     for (int i = 0; i < n; i++) hg.part[i] = &host[i], g.part[i] = &grouped[i];
     if (!prepare_groups(&hg, &g, "group")) return;
-    const int fused_expected = n - __builtin_popcount(bf16_mask) >= 2;
+    const int fused_expected = n - __builtin_popcount(dense_mask) >= 2;
     CHECK(!!g.fused == fused_expected, "group %s: fused is %s, expected %s", shape, g.fused ? "set" : "NULL",
           fused_expected ? "set" : "NULL");
     int64_t elems = 0;
@@ -383,7 +399,10 @@ static void test_group(const int64_t *N, int n, int64_t K, unsigned bf16_mask, c
             blas ? qrt_cuda_matmul_group_blas : pf ? pf_group : gpu->matmul_group;
         void (*const matmul_op)(const qrt_linear *, const float *, int, float *) =
             blas ? qrt_cuda_matmul_blas : pf ? pf_matmul : gpu->matmul;
-        const double tol = pf ? pf_tol(pf) : blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL : 5e-6;
+        const double tol = pf                                            ? pf_tol(pf)
+                           : blas || qrt_cuda_blas_takes(host[0].fmt, elems, T) ? BLAS_TOL
+                           : dense_mask && dense == QRT_WF_FP8B                 ? 1e-5
+                                                                                : 5e-6;
         float *x = host_rand((size_t)T * K, seed + 100 + (uint64_t)T, -1.0f, 1.0f);
         float *xd = dev_in(x, (size_t)T * K);
         float *y_group[QRT_GROUP_MAX], *y_cpu[QRT_GROUP_MAX];
@@ -1115,13 +1134,19 @@ int main(int argc, char **argv) {
         const int Tg[] = {1, 7};
         const int64_t gdn[] = {10240, 6144, 48, 48}, attn[] = {12288, 1024, 1024}, mlp[] = {17408, 17408};
         const int64_t odd[] = {37, 5, 130, 16}, odd2[] = {1000, 17}, mixed[] = {100, 33, 50}, one[] = {21, 9};
-        test_group(gdn, 4, 5120, 0, Tg, 2, 64, 0, 141);
-        test_group(attn, 3, 5120, 0, Tg, 2, 0, 0, 142);
-        test_group(mlp, 2, 5120, 0, Tg, 2, 0, 0, 143);
-        test_group(odd, 4, 176, 0, Tf, 5, 300, 0, 144);
-        test_group(odd2, 2, 48, 0, Tf, 5, 65, 0, 145);
-        test_group(mixed, 3, 1024, 2, Tf, 5, 131, 0, 146);
-        test_group(one, 2, 512, 1, Tg, 2, 64, 0, 147);
+        test_group(gdn, 4, 5120, 0, QRT_WF_BF16, Tg, 2, 64, 0, 141);
+        test_group(attn, 3, 5120, 0, QRT_WF_BF16, Tg, 2, 0, 0, 142);
+        test_group(mlp, 2, 5120, 0, QRT_WF_BF16, Tg, 2, 0, 0, 143);
+        test_group(odd, 4, 176, 0, QRT_WF_BF16, Tf, 5, 300, 0, 144);
+        test_group(odd2, 2, 48, 0, QRT_WF_BF16, Tf, 5, 65, 0, 145);
+        test_group(mixed, 3, 1024, 2, QRT_WF_BF16, Tf, 5, 131, 0, 146);
+        test_group(one, 2, 512, 1, QRT_WF_BF16, Tg, 2, 64, 0, 147);
+        /* all dense: one tensor-core launch (the stored layout's GDN in_proj in BF16; an FP8 block-128 group with
+         * rows not multiples of 16 or 128 and K not of 128) */
+        const int64_t fp8[] = {200, 37, 130};
+        test_group(gdn, 4, 5120, 0xf, QRT_WF_BF16, Tg, 2, 64, 0, 154);
+        test_group(odd, 4, 176, 0xf, QRT_WF_BF16, Tf, 7, 0, 0, 155);
+        test_group(fp8, 3, 408, 0x7, QRT_WF_FP8B, Tf, 7, 0, 0, 156);
         test_pair(17408, 5120, Tg, 2, 64, 0, 148); /* Qwen3.6-27B's gate|up */
         test_pair(200, 176, Tf, 5, 131, 0, 149);    /* rows not a multiple of 16 (a last pair tile past N) */
         test_pair(40, 48, Tf, 5, 300, 0, 150);
@@ -1144,9 +1169,9 @@ int main(int argc, char **argv) {
         test_fp4_prefill_nan(130, 1536, 40, 5, 166);
         const int64_t odd[] = {37, 5, 130, 16}, mixed[] = {100, 33, 50};
         for (int pf = 1; pf <= 2; pf++) {
-            test_group(odd, 4, 176, 0, Tpg, 4, 0, pf, 167);
-            test_group(odd, 4, 2048, 0, Tp3, 3, 0, pf, 171); /* K split in 2 (32 steps over a 2-block grid) */
-            test_group(mixed, 3, 1024, 2, Tp3, 3, 0, pf, 168);
+            test_group(odd, 4, 176, 0, QRT_WF_BF16, Tpg, 4, 0, pf, 167);
+            test_group(odd, 4, 2048, 0, QRT_WF_BF16, Tp3, 3, 0, pf, 171); /* K split in 2 (32 steps over a 2-block grid) */
+            test_group(mixed, 3, 1024, 2, QRT_WF_BF16, Tp3, 3, 0, pf, 168);
             test_pair(200, 176, Tpg, 4, 0, pf, 169);
             test_pair(200, 2048, Tp3, 3, 0, pf, 172); /* split K */
             test_pair(40, 48, Tp_small, 3, 0, pf, 170);

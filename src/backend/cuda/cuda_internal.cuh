@@ -248,6 +248,10 @@ void qrt_cuda_embed(const qrt_linear *E, const int32_t *ids_dev, int T, float *o
 void qrt_cuda_matmul(const qrt_linear *W, const float *x, int T, float *y);
 void qrt_cuda_matmul_dense(const qrt_linear *W, const float *x, int T, float *y); /* BF16/F16/F32/FP8: matmul_dense.cu */
 void qrt_cuda_matmul_dense_mma(const qrt_linear *W, const float *x, int T, float *y); /* matmul_dense_mma.cu */
+/* A group whose parts are all BF16 or all FP8 block-128 (the stored layout's GDN in_proj) in one tensor-core launch,
+ * each part's bits as matmul on it alone: matmul_dense_mma.cu. */
+bool qrt_cuda_dense_mma_group_fits(const qrt_linear_group *g);
+void qrt_cuda_matmul_dense_mma_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 qrt_status qrt_cuda_prepare_group(qrt_linear_group *g);
 void qrt_cuda_matmul_group(const qrt_linear_group *g, const float *x, int T, float *const *y);
 void qrt_cuda_matmul_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up);

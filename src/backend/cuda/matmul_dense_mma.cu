@@ -95,11 +95,23 @@ template <int FMT, int TILES, int DEPTH, int NT> constexpr int dense_mma_min_blo
     return (NT == 2 && TILES * DEPTH >= 8) || (FMT == QRT_WF_FP8B && (NT == 2 || TILES * DEPTH >= 8)) ? 1 : 2;
 }
 
+/* The weights one launch covers: one linear, or the parts of a group that read the same x (GDN in_proj qkv|z|b|a in
+ * BF16: one launch instead of four, the small parts no longer a launch of 2-3 blocks each). Part i owns the grid's
+ * blocks [block_begin[i], block_begin[i + 1]); a block's tiles never span two parts, so a row's computation is the
+ * same as in a launch of its part alone. Passed as a __grid_constant__ (read in place, no local-memory copy). */
+typedef struct {
+    int count;
+    int64_t block_begin[QRT_GROUP_MAX + 1];
+    const uint8_t *w[QRT_GROUP_MAX];    /* [n][Kp] */
+    const float *scales[QRT_GROUP_MAX]; /* FP8: [ceil(n/128)][scale_cols] */
+    int64_t n[QRT_GROUP_MAX];
+    float *y[QRT_GROUP_MAX];            /* [T][n] */
+} dense_parts;
+
 template <int FMT, int TILES, int DEPTH, int NT>
 __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<FMT, TILES, DEPTH, NT>()))
-    dense_mma(const uint8_t *W /* [N][Kp] */, const float *scales /* FP8: [ceil(N/128)][scale_cols] */,
-              int64_t scale_cols, int64_t N, int64_t K, int64_t Kp, const float *x /* [T][K] */, int T,
-              float *y /* [T][N] */) {
+    dense_mma(const __grid_constant__ dense_parts parts, int64_t scale_cols, int64_t K, int64_t Kp,
+              const float *x /* [T][K] */, int T) {
     static_assert(DEPTH % 2 == 0, "x is double-buffered over the DEPTH slots");
     constexpr int SUMS = TILES * NT * 4;
     constexpr int EPC = mma_format<FMT>::EPC, ES = mma_format<FMT>::ES, CH = 4 * EPC, KSTEPS = EPC / 4;
@@ -107,7 +119,15 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<FM
     __shared__ float red[DENSE_MMA_SPLIT][SUMS][32];
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int warp = threadIdx.x >> 5;
-    const int64_t tile0 = (int64_t)blockIdx.x * TILES;
+    int part = 0;
+#pragma unroll
+    for (int i = 1; i < QRT_GROUP_MAX; i++)
+        if (i < parts.count && blockIdx.x >= parts.block_begin[i]) part = i;
+    const uint8_t *const W = parts.w[part];
+    const float *const scales = parts.scales[part];
+    const int64_t N = parts.n[part];
+    float *const y = parts.y[part];
+    const int64_t tile0 = ((int64_t)blockIdx.x - parts.block_begin[part]) * TILES;
     const int64_t pieces = Kp / EPC;            /* 16-byte pieces per row */
     const int64_t nch = (pieces + 3) / 4;       /* chunks (4 pieces) per row */
     const int nw = warp < nch ? (int)((nch - 1 - warp) / DENSE_MMA_SPLIT + 1) : 0; /* this warp's chunks */
@@ -248,27 +268,44 @@ __global__ void __launch_bounds__(DENSE_MMA_SPLIT * 32, (dense_mma_min_blocks<FM
 static const char *const mma_variant_names[] = {"mma2x2", "mma2x4"};
 #define DENSE_MMA_VARIANTS ((int)(sizeof mma_variant_names / sizeof mma_variant_names[0]))
 
-/* The launch of one variant for a weight of format FMT. */
+/* The launch of one variant for weights of format FMT. */
 struct mma_call {
-    const uint8_t *w;
-    const float *scales;
-    int64_t scale_cols, N, K, Kp;
+    dense_parts parts;
+    int64_t scale_cols, K, Kp;
     const float *x;
     int T;
-    float *y;
 };
-template <int FMT, int TILES, int DEPTH> static void launch_tiles(const mma_call &c) {
-    const dim3 grid(qrt_grid((size_t)((c.N + 15) / 16), TILES), qrt_grid((size_t)c.T, DENSE_MMA_TOKENS));
+template <int FMT, int TILES, int DEPTH> static void launch_tiles(mma_call c) {
+    for (int i = 0; i < c.parts.count; i++) /* each part's blocks of TILES 16-row tiles */
+        c.parts.block_begin[i + 1] = c.parts.block_begin[i] + qrt_grid((size_t)((c.parts.n[i] + 15) / 16), TILES);
+    const dim3 grid((unsigned)c.parts.block_begin[c.parts.count], qrt_grid((size_t)c.T, DENSE_MMA_TOKENS));
     if (c.T <= 8)
-        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 1>, grid, DENSE_MMA_SPLIT * 32, 0, c.w, c.scales, c.scale_cols, c.N,
-                   c.K, c.Kp, c.x, c.T, c.y);
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 1>, grid, DENSE_MMA_SPLIT * 32, 0, c.parts, c.scale_cols, c.K, c.Kp,
+                   c.x, c.T);
     else
-        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 2>, grid, DENSE_MMA_SPLIT * 32, 0, c.w, c.scales, c.scale_cols, c.N,
-                   c.K, c.Kp, c.x, c.T, c.y);
+        QRT_LAUNCH(dense_mma<FMT, TILES, DEPTH, 2>, grid, DENSE_MMA_SPLIT * 32, 0, c.parts, c.scale_cols, c.K, c.Kp,
+                   c.x, c.T);
 }
 template <int FMT> static void launch_variant(int v, const mma_call &c) {
     if (v == 0) launch_tiles<FMT, 2, 2>(c);
     else launch_tiles<FMT, 2, 4>(c);
+}
+
+/* Variant v over n linears of one format and K (parts of a group, or one), outputs y[i] [T][W[i]->n]. */
+static void dense_mma_parts(int v, const qrt_linear *const *W, int n, const float *x, int T, float *const *y) {
+    mma_call c;
+    memset(&c, 0, sizeof c);
+    c.parts.count = n;
+    for (int i = 0; i < n; i++) {
+        c.parts.w[i] = (const uint8_t *)W[i]->data;
+        c.parts.scales[i] = W[i]->fmt == QRT_WF_FP8B ? (const float *)W[i]->scales : NULL;
+        c.parts.n[i] = W[i]->n;
+        c.parts.y[i] = y[i];
+    }
+    c.scale_cols = (W[0]->k + 127) / 128, c.K = W[0]->k, c.Kp = qrt_dense_row_elems(W[0]->fmt, W[0]->k);
+    c.x = x, c.T = T;
+    if (W[0]->fmt == QRT_WF_BF16) launch_variant<QRT_WF_BF16>(v, c);
+    else launch_variant<QRT_WF_FP8B>(v, c);
 }
 
 extern "C" int qrt_dense_mma_variant_count(void) { return DENSE_MMA_VARIANTS; }
@@ -278,10 +315,7 @@ extern "C" const char *qrt_dense_mma_variant_name(int v) {
 
 extern "C" void qrt_dense_mma_variant(int v, const qrt_linear *W, const float *x, int T, float *y) {
     QRT_ASSERT((W->fmt == QRT_WF_BF16 || W->fmt == QRT_WF_FP8B) && v >= 0 && v < DENSE_MMA_VARIANTS && T >= 1);
-    const mma_call c = {(const uint8_t *)W->data, W->fmt == QRT_WF_FP8B ? (const float *)W->scales : NULL,
-                        (W->k + 127) / 128, W->n, W->k, qrt_dense_row_elems(W->fmt, W->k), x, T, y};
-    if (W->fmt == QRT_WF_BF16) launch_variant<QRT_WF_BF16>(v, c);
-    else launch_variant<QRT_WF_FP8B>(v, c);
+    dense_mma_parts(v, &W, 1, x, T, &y);
 }
 
 extern "C" int qrt_dense_mma_pick(int64_t n, int T) {
@@ -303,4 +337,19 @@ extern "C" int qrt_dense_mma_pick(int64_t n, int T) {
 
 void qrt_cuda_matmul_dense_mma(const qrt_linear *W, const float *x, int T, float *y) {
     qrt_dense_mma_variant(qrt_dense_mma_pick(W->n, T), W, x, T, y);
+}
+
+bool qrt_cuda_dense_mma_group_fits(const qrt_linear_group *g) {
+    const int fmt = g->part[0]->fmt;
+    if (fmt != QRT_WF_BF16 && fmt != QRT_WF_FP8B) return false;
+    for (int i = 1; i < g->n; i++)
+        if (g->part[i]->fmt != fmt) return false;
+    return true;
+}
+
+void qrt_cuda_matmul_dense_mma_group(const qrt_linear_group *g, const float *x, int T, float *const *y) {
+    QRT_ASSERT(qrt_cuda_dense_mma_group_fits(g) && T >= 1);
+    int64_t rows = 0;
+    for (int i = 0; i < g->n; i++) rows += g->part[i]->n;
+    dense_mma_parts(qrt_dense_mma_pick(rows, T), g->part, g->n, x, T, y);
 }
