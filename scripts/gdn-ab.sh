@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for the chunked GDN form's variants (src/backend/cuda/gdn.cu): the GDN op tests (every chunked variant
 # against the CPU backend: tests/test_cuda_ops.c --gdn), then the synthetic Qwen3.6-27B's prefill of 8192 tokens under
-# QRT_GDN_VARIANT unset (variant 1), 2 and 2:32, each with its kernel breakdown; printed last: the test result, and per
+# QRT_GDN_VARIANT 1, 2 (the default) and 2:32, each with its kernel breakdown; printed last: the test result, and per
 # variant the prefill's GDN row (conv1d and the GDN op) and the TTFT. Build here first (the CUDA build), then run with
 # the device tool, carrying the binaries: carry ["build-cuda/bin"], command
 #   bash scripts/gdn-ab.sh

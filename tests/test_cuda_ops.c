@@ -670,10 +670,10 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
     gpu->free(xd), gpu->free(wd), gpu->free(sd), gpu->free(yd);
 }
 
-/* The chunked form's variants, as QRT_GDN_VARIANT names them (gdn.cu): NULL the default (variant 1), then variant 2
- * at the launcher's slice width and at each one (where the device cannot give 64 columns their shared memory, 2:64
- * runs the fallback, which must give the same results) */
-static const char *const gdn_variants[] = {NULL, "2", "2:32", "2:64"};
+/* The chunked form's variants, as QRT_GDN_VARIANT names them (gdn.cu): NULL the default (variant 2 at the launcher's
+ * slice width), variant 1, then variant 2 at each slice width (where the device cannot give 64 columns their shared
+ * memory, 2:64 runs the fallback, which must give the same results) */
+static const char *const gdn_variants[] = {NULL, "1", "2:32", "2:64"};
 #define GDN_VARIANTS 4
 
 /* One GPU run of the op under QRT_GDN_VARIANT = variant (NULL: unset) */

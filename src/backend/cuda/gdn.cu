@@ -17,8 +17,9 @@
  * docs/benchmarks.md "Tried and did not help".
  * The per-token arithmetic does not depend on T: T tokens in one call give the bits of T calls of one token,
  * which is what makes rollback (re-running the kept tokens) bit-exact.
- *   1  gdn_chunked<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128, 155 KiB of shared memory per
- *                       block at Dk = 128: sm_80 and sm_90, not sm_86 / sm_89, which run variant 0)
+ *   1  gdn_chunked<DK, VS> + gdn_norm_gated  (`chunked` under QRT_GDN_VARIANT=1, and where variant 2 cannot run;
+ *                       Dk ≤ 128, 155 KiB of shared memory per block at Dk = 128: sm_80 and sm_90, not sm_86 / sm_89,
+ *                       which run variant 0)
  *                       the chunked form on the tensor cores (3xTF32 mma.sync): one block of 256 threads per v-head
  *                       and VS columns of its state, which stay in shared memory while the block walks chunks of 64
  *                       tokens in order; the products inside a chunk, the triangular solve and the state's update
@@ -26,7 +27,7 @@
  *                       only VS of a token's Dv outputs). It computes the recurrence's function in another order:
  *                       its state and outputs match the CPU's chunked form within f32 rounding (tests/test_cuda_ops.c),
  *                       not bit for bit, which is why decode and verify never take it.
- *   2  gdn_chunk_prep<DK> + gdn_chunk_state<DK, VS> + gdn_norm_gated  (`chunked` under QRT_GDN_VARIANT=2; Dk ≤ 128;
+ *   2  gdn_chunk_prep<DK> + gdn_chunk_state<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128;
  *                       falls back to variant 1 where its shared memory or scratch cannot be had)
  *                       variant 1's arithmetic in two kernels: the first, one block per (v-head, chunk) for all chunks
  *                       at once, computes what does not depend on the state (the normalised, decayed q and k, the
@@ -795,15 +796,17 @@ static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *
     return true;
 }
 
-/* The chunked form a call asks for through QRT_GDN_VARIANT: 1 (unset: variant 1), 2 (variant 2, slices of 64 columns
- * where the shared memory allows, else 32), 2:32 or 2:64 (variant 2 at that slice width). Read at every chunked call
- * (a few per layer and prefill piece) so that one process can run both (tests/test_cuda_ops.c). */
+/* The chunked form a call asks for through QRT_GDN_VARIANT: 2 (unset: variant 2, slices of 64 columns where the
+ * shared memory allows, else 32), 2:32 or 2:64 (variant 2 at that slice width), 1 (variant 1). Variant 2 is the
+ * default: the same results as variant 1 (the bench's tokens too), its GDN time in an 8192-token prefill of the 27B
+ * 20% less (docs/benchmarks.md). Read at every chunked call (a few per layer and prefill piece) so that one process
+ * can run both (tests/test_cuda_ops.c). */
 typedef struct {
     int variant, slice; /* slice 0: the launcher's choice */
 } gdn_choice;
 
 static gdn_choice gdn_chosen(void) {
-    const gdn_choice dflt = {1, 0};
+    const gdn_choice dflt = {2, 0};
     const char *e = getenv("QRT_GDN_VARIANT");
     if (!e || !*e) return dflt;
     char *end;
@@ -812,7 +815,7 @@ static gdn_choice gdn_chosen(void) {
     if (!*end && ((v == 1 && slice == 0) || (v == 2 && (slice == 0 || slice == 32 || slice == 64))))
         return gdn_choice{(int)v, (int)slice};
     static int warned = 0;
-    if (!warned) fprintf(stderr, "qwenrt: QRT_GDN_VARIANT=%s is not 1, 2, 2:32 or 2:64; running variant 1\n", e);
+    if (!warned) fprintf(stderr, "qwenrt: QRT_GDN_VARIANT=%s is not 1, 2, 2:32 or 2:64; running variant 2\n", e);
     warned = 1;
     return dflt;
 }
