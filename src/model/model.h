@@ -6,8 +6,8 @@
 #include "model/weights.h"
 
 /* Largest T one forward call may run at once (the bound of the host arrays sized per piece). A session runs long
- * inputs in pieces of s->piece = min(m->prefill_piece, max_ctx) ≤ QRT_MAX_T tokens, so every scratch
- * buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
+ * inputs in pieces of s->piece ≤ min(m->prefill_piece, max_ctx) ≤ QRT_MAX_T tokens (shorter where memory is short:
+ * session.c), so every scratch buffer is sized once when the session is made. A multiple of the GDN chunk (64). */
 #define QRT_MAX_T 8192
 
 typedef struct {
@@ -132,7 +132,7 @@ typedef struct {
 struct qrt_session {
     qrt_model *m;
     int32_t max_ctx;        /* C */
-    int32_t piece;          /* tokens per forward piece: min(backend prefill_piece, C) */
+    int32_t piece;          /* tokens per forward piece: min(backend prefill_piece, C), less if memory is short */
     int32_t pos;            /* tokens consumed */
     qrt_layer_state *ls;    /* [L] */
     qrt_layer_state mtp;    /* the MTP layer's KV cache, when the model has one */

@@ -305,7 +305,9 @@ extern "C" const qrt_backend *qrt_backend_cuda(void) {
         b->upload = cuda_upload;
         b->download = cuda_download;
         b->mem_available = cuda_mem_available;
-        b->prefill_piece = 2048; /* a piece's matmuls run on cuBLASLt (matmul_blas.cu) at its full rate from ~2048 */
+        /* QRT_MAX_T: a piece's matmuls run on cuBLASLt (matmul_blas.cu), each NVFP4 weight dequantized once per
+         * piece, so the longer the faster (a session shrinks it where memory is short) */
+        b->prefill_piece = 8192;
         b->prepare_linear = cuda_prepare_linear;
         b->embed = cuda_embed;
         b->matmul = qrt_cuda_matmul;

@@ -762,9 +762,8 @@ static float *gdn_prep_scratch(size_t floats) {
     return prep_buf;
 }
 
-/* Variant 2 takes a call in segments of at most this many tokens (a default GPU prefill piece), each segment's factors
- * made and used before the next segment's, so that its scratch stays within one piece's however long the call
- * (QRT_PREFILL_PIECE allows 8192) */
+/* Variant 2 takes a call in segments of at most this many tokens, each segment's factors made and used before the
+ * next segment's, so that its scratch (216 MiB at the 27B's shape) stays the same for pieces of up to 8192 tokens */
 #define GDN_SEG_TOKENS 2048
 
 /* Variant 2; false, launching nothing, where the shared memory or the scratch cannot be had */
