@@ -378,13 +378,11 @@ template <int DH> struct fa_layout {
     static constexpr int P = DH + 8;                                    /* bf16 row pitch */
     static constexpr size_t q = 0;                                      /* [2][FA_ROWS][P] bf16: hi, lo */
     static constexpr size_t tiles = q + 2 * FA_ROWS * P * 2;                    /* bf16: [stage][k|v][FA_KT][P] */
-    static constexpr size_t bf16_end = tiles + FA_STAGES * 2 * FA_KT * P * 2; /* the bf16 cache's tiles end */
+    static constexpr size_t bf16_bytes = tiles + FA_STAGES * 2 * FA_KT * P * 2; /* the bf16 cache's total */
     static constexpr size_t raw = tiles;                                 /* fp8: [stage][k|v][FA_KT][DH] bytes */
     static constexpr size_t scales = raw + FA_STAGES * 2 * FA_KT * DH;   /* fp8: [stage][k|v][FA_KT] f32 */
     static constexpr size_t wide = scales + FA_STAGES * 2 * FA_KT * 4;   /* fp8: [k|v][FA_KT][P] bf16 */
-    static constexpr size_t fp8_end = wide + 2 * FA_KT * P * 2;
-    /* then, in either layout, a shared row tile's scores: [16][FA_KT] f32 (attention_tc's shared mode) */
-    static constexpr size_t bf16_bytes = bf16_end + 16 * FA_KT * 4, fp8_bytes = fp8_end + 16 * FA_KT * 4;
+    static constexpr size_t fp8_bytes = wide + 2 * FA_KT * P * 2;
 };
 
 /* 16 (or 4) bytes from global to shared without registers; ok = 0 writes zeros and reads nothing. */
@@ -421,12 +419,7 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t four) {
  * 1), written gated. Per 32-key tile, each warp: S = Q·Kᵀ (q as hi + lo, so two mma per step), the online softmax
  * over its rows in f32, O += P·V (p as hi + lo). A row's arithmetic depends only on its own query, its position and
  * the keys, in key order: a key past the row's position enters as p = 0 (the tile's max and the rescale skip it, and
- * a zero product leaves the accumulator's bits), so the row gets the same bits whichever rows share its block.
- * Shared mode (a block with at most 16 rows, as a decode's G = 6 heads of one token; Dh ≥ 64): one warp would have
- * all the work and three none, so the four share the one row tile: warp w computes the scores of keys 8w..8w+7 (its
- * n-tile of S, the same mma chain), all four read the tile's 32 scores back from shared memory and run the same
- * softmax, and warp w accumulates dims [w·Dh/4, (w+1)·Dh/4) of O. Every value is computed by the same operations
- * in the same order as by one warp, so the bits do not change. */
+ * a zero product leaves the accumulator's bits), so the row gets the same bits whichever rows share its block. */
 template <int DH, int F>
 __global__ void __launch_bounds__(128, 1)
     attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int t0, int Ts, int Hq,
@@ -492,15 +485,8 @@ __global__ void __launch_bounds__(128, 1)
     }
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3;
-    const bool shared_tile = DH >= 64 && rows - r0 <= 16; /* uniform over the block; implies every warp active */
-    const int wt = shared_tile ? 0 : warp;                /* the warp's row tile within the block */
-    const int wr0 = r0 + wt * 16;                         /* its first row */
-    const bool active = wr0 < rows;                       /* uniform over the warp */
-    float *ss = reinterpret_cast<float *>(fa_sm + (F == QRT_KV_BF16 ? L::bf16_end : L::fp8_end)); /* [16][FA_KT] */
-    /* shared mode: warp w's n-tile of S (keys 8w..8w+7), and its 16-dim slices of O, [w·ND, (w+1)·ND) */
-    constexpr int ND = DH >= 64 ? DH / 64 : 1; /* (Dh 32 never shares) */
-    auto mine_s = [&](int n) { return !shared_tile || n == warp; };
-    auto mine_o = [&](int nd) { return !shared_tile || nd / ND == warp; };
+    const int wr0 = r0 + warp * 16;                     /* the warp's first row */
+    const bool active = wr0 < rows;                     /* uniform over the warp */
     int rpos[2];                                        /* positions of this lane's rows lane/4 and lane/4 + 8 */
     for (int h = 0; h < 2; h++) {
         const int rr = wr0 + (lane >> 2) + 8 * h;
@@ -538,7 +524,7 @@ __global__ void __launch_bounds__(128, 1)
             float s[4][4];
 #pragma unroll
             for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            const __nv_bfloat16 *qw = qs + (wt * 16 + (lane & 15)) * P + (lane >> 4) * 8;
+            const __nv_bfloat16 *qw = qs + (warp * 16 + (lane & 15)) * P + (lane >> 4) * 8;
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++) {
                 uint32_t ah[4], al[4];
@@ -546,44 +532,27 @@ __global__ void __launch_bounds__(128, 1)
                 ldsm_x4(al, qw + FA_ROWS * P + kk * 16);
 #pragma unroll
                 for (int np = 0; np < 2; np++) {
-                    if (!mine_s(2 * np) && !mine_s(2 * np + 1)) continue;
                     uint32_t b[4];
                     ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
-                    if (mine_s(2 * np)) {
-                        mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
-                        mma_bf16_16816(s[2 * np], al, b[0], b[1]);
-                    }
-                    if (mine_s(2 * np + 1)) {
-                        mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
-                        mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
-                    }
+                    mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np], al, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
+                    mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
                 }
             }
             /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    if (!mine_s(n)) continue;
                     const int kr = 8 * n + 2 * quad + (e & 1);
                     float x = s[n][e] * scale;
                     if (F == QRT_KV_FP8) x = s[n][e] * ksc[kr] * scale;
                     x = jt + kr <= rpos[e >> 1] ? x : -INFINITY;
                     s[n][e] = x;
-                    if (shared_tile) ss[((lane >> 2) + 8 * (e >> 1)) * FA_KT + kr] = x;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
                 }
-            if (shared_tile) { /* every warp takes the tile's 32 scores (shared_tile: all four are here) */
-                __syncthreads();
-#pragma unroll
-                for (int n = 0; n < 4; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) s[n][e] = ss[((lane >> 2) + 8 * (e >> 1)) * FA_KT + 8 * n + 2 * quad + (e & 1)];
-            }
-            float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mt[e >> 1] = fmaxf(mt[e >> 1], s[n][e]);
             float corr[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -604,7 +573,7 @@ __global__ void __launch_bounds__(128, 1)
                 }
 #pragma unroll
             for (int n = 0; n < DH / 8; n++)
-                if (mine_o(n / 2)) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+                o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
             /* O += P·V: P's accumulator layout is the A operand's, two n-tiles of 8 keys per 16-key step */
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
@@ -616,7 +585,6 @@ __global__ void __launch_bounds__(128, 1)
                 const __nv_bfloat16 *vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
 #pragma unroll
                 for (int nd = 0; nd < DH / 16; nd++) {
-                    if (!mine_o(nd)) continue;
                     uint32_t b[4];
                     ldsm_x4_trans(b, vrow + nd * 16);
                     mma_bf16_16816(o[2 * nd], ph, b[0], b[1]);
@@ -644,7 +612,6 @@ __global__ void __launch_bounds__(128, 1)
             float *dst = out + ((size_t)(t0 + t) * Hq + head) * DH;
 #pragma unroll
             for (int n = 0; n < DH / 8; n++) {
-                if (!mine_o(n / 2)) continue;
                 const int d = 8 * n + 2 * quad;
                 dst[d] = o[n][2 * h] / sum * sigmoid_f(gate[d]);
                 dst[d + 1] = o[n][2 * h + 1] / sum * sigmoid_f(gate[d + 1]);
@@ -653,9 +620,8 @@ __global__ void __launch_bounds__(128, 1)
             float *po = part + att_o_at(t, head, c, Hq, DH, FA_MAX_CHUNKS);
 #pragma unroll
             for (int n = 0; n < DH / 8; n++)
-                if (mine_o(n / 2))
-                    *reinterpret_cast<float2 *>(po + 8 * n + 2 * quad) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
-            if (quad == 0 && (!shared_tile || warp == 0)) {
+                *reinterpret_cast<float2 *>(po + 8 * n + 2 * quad) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+            if (quad == 0) {
                 float *ml = part + att_ml_at(t, head, c, Hq, DH, FA_MAX_CHUNKS, FA_SLICE);
                 ml[0] = m[h], ml[1] = sum;
             }
