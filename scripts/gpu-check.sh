@@ -9,7 +9,8 @@
 # Environment: BUDGET (seconds, default 450: a step that would start past it is skipped and says so),
 # SANITIZE=1 (also compute-sanitizer over test_cuda_model, ~2 min), TILEBENCH=1 (also the decode-size tilebench),
 # PREFILL=1 (also the NVFP4 prefill table: mma_gemm, mma_pf's two forms fp4pf / fp4pf_f16 and cuBLASLt at M = 33..2048
-# on the 27B shapes; and the ctx-128 K=0 row with QRT_FP4_PREFILL=1 and =2, against bench_nvfp4's row without it).
+# on the 27B shapes; and the ctx-128 K=0 row with QRT_FP4_PREFILL=1 and =2, against bench_nvfp4's row without it),
+# LONG=1 (also the all-NVFP4 ctx-32768 row, K = 0: TTFT and decode against the protocol's 0.8x of ctx 128).
 # Logs go to $OUT (the device tool returns that folder; it returns a limited number of files, so there are few);
 # a short table is printed last.
 set -u
@@ -57,6 +58,8 @@ if [ "${PREFILL:-0}" = 1 ]; then
       -K 0 -n 16 --reps 1 --no-breakdown
   done
 fi
+[ "${LONG:-0}" = 1 ] && step bench_long 150 "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 32768 -K 0 -n 16 --reps 1 \
+  --no-breakdown
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   step sanitizer_model 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
 fi
@@ -64,7 +67,7 @@ fi
 echo "==== failures (first 40)"; grep -h "^FAIL" "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null | head -40
 echo "==== test results"; tail -qn 1 "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2>/dev/null
 [ -f "$OUT/sanitizer_model.log" ] && { echo "==== compute-sanitizer"; tail -n 3 "$OUT/sanitizer_model.log"; }
-for b in bench_stored bench_nvfp4 prefill_pf1 prefill_pf2; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
+for b in bench_stored bench_nvfp4 bench_long prefill_pf1 prefill_pf2; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
 [ -f "$OUT/prefill_tilebench.log" ] && { echo "==== prefill tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/prefill_tilebench.log"; }
 [ -f "$OUT/tilebench.log" ] && { echo "==== tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/tilebench.log"; }
 echo "==== summary"; cat "$OUT/summary.txt"
