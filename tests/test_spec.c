@@ -13,7 +13,10 @@
  *   6. the cost of one verify (K+1 tokens, one batched forward) against one decode step;
  *   7. continued speculation (a conversation's next turns on one session, tests/continued_spec.h) at K = 1, 3, 6
  *      (quick: 3) with the MTP's own and forced drafts: the tokens and the MTP's proposals of a fresh generation of the whole
- *      conversation; a session a plain generation left is continued plainly (an explicit spec_k is refused). */
+ *      conversation; a session a plain generation left is continued plainly (an explicit spec_k is refused);
+ *   8. the draft steps' NVFP4 copy of lm_head (QRT_DRAFT_HEAD=nvfp4): speculative output equals plain greedy output,
+ *      and the MTP's proposals (under forced full accepts, so both runs draft at the same positions) are those of
+ *      the copy: some differ from the BF16 lm_head's, most agree. */
 #include <stdlib.h>
 
 #include "continued_spec.h"
@@ -354,6 +357,66 @@ static void test_continued(env *e) {
     qrt_session_free(s);
 }
 
+/* The MTP's proposal at each position under forced full accepts (the oracle's drafts), into seen [N_TRUTH] (-1: none). */
+typedef struct {
+    oracle o;
+    int32_t *seen;
+} recorder;
+
+static int32_t record_draft(int32_t k, int32_t proposed, int32_t pos, void *user) {
+    recorder *r = user;
+    const int i = pos - r->o.n_prompt;
+    if (i >= 0 && i < r->o.n_truth) r->seen[i] = proposed;
+    return oracle_draft(k, proposed, pos, &r->o);
+}
+
+static void record_proposals(env *e, int p, int K, const int32_t *truth, int32_t *seen) {
+    for (int i = 0; i < N_TRUTH; i++) seen[i] = -1;
+    recorder r = {{truth, e->n_prompt[p], N_TRUTH, 0, e->V}, seen};
+    qrt_session *s;
+    CHECK_OK(qrt_session_new(e->m, e->n_prompt[p] + N_NEW + K + 1, &s));
+    int32_t out[N_NEW];
+    qrt_gen_stats gs;
+    qrt_gen_opts go = {.max_new = N_NEW, .spec_k = K, .draft_hook = record_draft, .draft_user = &r};
+    CHECK_OK(qrt_generate(s, e->prompts[p], e->n_prompt[p], &go, out, &gs));
+    qrt_session_free(s);
+}
+
+static void test_draft_head(env *e, const char *dir) {
+    setenv("QRT_DRAFT_HEAD", "nvfp4", 1);
+    env d = *e;
+    const qrt_status st = qrt_model_load(dir, &test_cpu, &d.m);
+    unsetenv("QRT_DRAFT_HEAD");
+    CHECK_OK(st);
+    if (!d.m) return;
+    const qrt_linear *h = &d.m->mtp.draft_head;
+    CHECK(h->data && h->fmt == QRT_WF_NVFP4 && h->n == d.V && h->k == d.m->cfg.hidden,
+          "QRT_DRAFT_HEAD=nvfp4: the model has no NVFP4 [%d x %d] draft head", d.V, d.m->cfg.hidden);
+    int differ = 0, agree = 0;
+    for (int p = 0; p < 3; p++) {
+        int32_t *truth = plain_greedy(e, e->prompts[p], e->n_prompt[p], N_TRUTH);
+        for (int K = 1; K <= 7; K += 3) {
+            if (quick && K != 3) continue;
+            int32_t out[N_NEW];
+            qrt_gen_stats gs;
+            spec_run(&d, d.prompts[p], d.n_prompt[p], K, NULL, out, &gs);
+            CHECK(gs.n_new == N_NEW && !memcmp(out, truth, sizeof out), "draft head, prompt %d K=%d: speculative != "
+                  "plain", p, K);
+        }
+        int32_t with_lm_head[N_TRUTH], with_copy[N_TRUTH];
+        record_proposals(e, p, 3, truth, with_lm_head);
+        record_proposals(&d, p, 3, truth, with_copy);
+        for (int i = 0; i < N_TRUTH; i++)
+            if (with_lm_head[i] >= 0 && with_copy[i] >= 0) with_lm_head[i] == with_copy[i] ? agree++ : differ++;
+        free(truth);
+    }
+    CHECK(differ > 0 && agree > differ, "draft head: %d of %d proposals differ from the BF16 lm_head's (expected some, "
+          "fewer than half)", differ, differ + agree);
+    printf("  draft head (QRT_DRAFT_HEAD=nvfp4): greedy output unchanged; %d of %d proposals differ from lm_head's\n",
+           differ, differ + agree);
+    qrt_model_free(d.m);
+}
+
 int main(int argc, char **argv) {
     const char *data = argc > 1 ? argv[1] : "tests/data";
     quick = argc > 2 && !strcmp(argv[2], "quick");
@@ -401,6 +464,7 @@ int main(int argc, char **argv) {
     test_sampling(&e, (qrt_sampling){.temperature = 1.5f, .top_p = 0.9f}, "temperature 1.5, top-p 0.9");
     measure_verify(&e);
     test_continued(&e);
+    test_draft_head(&e, dir);
     qrt_st_close(&ref);
     qrt_model_free(e.m);
     return test_exit("test_spec");

@@ -29,7 +29,7 @@ static void decoder_layer(qrt_session *s, const qrt_layer *l, qrt_layer_kind kin
 static void gdn_block(qrt_session *s, const qrt_layer *l, qrt_layer_state *ls, int T);
 static void attention_block(qrt_session *s, const qrt_layer *l, const qrt_kv *kv, int pos, int T);
 static void mlp_block(qrt_session *s, const qrt_layer *l, int T);
-static void lm_head(qrt_session *s, const float *h, int r, float *logits, int32_t *pick);
+static void lm_head(qrt_session *s, const qrt_linear *W, const float *h, int r, float *logits, int32_t *pick);
 
 /* Embedding → the decoder layers, the last one ending in the final norm (sc->hfinal) → lm_head of the requested
  * rows. */
@@ -44,7 +44,7 @@ static void piece_body(qrt_session *s, const void *arg) {
     /* runs of consecutive rows (a verify's K + 1) share one lm_head matmul; their idx are consecutive too */
     for (int k = 0, r; k < a->n_rows; k += r) {
         for (r = 1; k + r < a->n_rows && r < QRT_MAX_VERIFY && a->rows[k + r] == a->rows[k] + r;) r++;
-        lm_head(s, sc->hfinal + (size_t)a->rows[k] * D, r,
+        lm_head(s, &m->lm_head, sc->hfinal + (size_t)a->rows[k] * D, r,
                 a->out->logits ? a->out->logits + (size_t)a->idx[k] * c->vocab : NULL,
                 a->out->picks ? sc->picks + a->idx[k] : NULL);
     }
@@ -143,13 +143,14 @@ static void mlp_block(qrt_session *s, const qrt_layer *l, int T) {
     m->be->matmul(&l->down, sc->mg, T, sc->y);
 }
 
-/* lm_head over r ≤ QRT_MAX_VERIFY consecutive rows h (backend [r][D]) → their logits (host [r][V]); or, with pick
- * (backend [r]) non-NULL, only their argmax. One matmul for the r rows: the weights (715 MB at the 27B shape) are read
- * once instead of r times, and each row's logits are the bits a one-row call gives (matmul is batch-invariant). */
-static void lm_head(qrt_session *s, const float *h, int r, float *logits, int32_t *pick) {
+/* lm_head W (the model's, or the draft steps' copy) over r ≤ QRT_MAX_VERIFY consecutive rows h (backend [r][D]) →
+ * their logits (host [r][V]); or, with pick (backend [r]) non-NULL, only their argmax. One matmul for the r rows: the
+ * weights (715 MB at the 27B shape in NVFP4) are read once instead of r times, and each row's logits are the bits a
+ * one-row call gives (matmul is batch-invariant). */
+static void lm_head(qrt_session *s, const qrt_linear *W, const float *h, int r, float *logits, int32_t *pick) {
     const qrt_model *m = s->m;
     QRT_ASSERT(r >= 1 && r <= QRT_MAX_VERIFY);
-    m->be->matmul(&m->lm_head, h, r, s->sc.logits);
+    m->be->matmul(W, h, r, s->sc.logits);
     if (pick) m->be->argmax(s->sc.logits, r, m->cfg.vocab, pick);
     else m->be->download(logits, s->sc.logits, sizeof(float) * (size_t)r * m->cfg.vocab);
 }
@@ -268,8 +269,9 @@ static void mtp_body(qrt_session *s, const void *arg) {
     const qrt_layer_kind full = QRT_LAYER_FULL;
     decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, a->pos0, T, mtp->norm_out, sc->mtp_out);
     const float *last = sc->mtp_out + (size_t)(T - 1) * D;
-    if (a->logits) lm_head(s, last, 1, a->logits, NULL);
-    if (a->picks) lm_head(s, last, 1, NULL, a->picks);
+    const qrt_linear *head = mtp->draft_head.data ? &mtp->draft_head : &m->lm_head;
+    if (a->logits) lm_head(s, head, last, 1, a->logits, NULL);
+    if (a->picks) lm_head(s, head, last, 1, NULL, a->picks);
 }
 
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,

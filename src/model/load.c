@@ -3,8 +3,13 @@
  * memory traffic, which is counted over the same tensors. */
 #include "model/model.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "io/dtype.h"
+#include "io/quant_encode.h"
 #include "util/progress.h"
 #ifdef QRT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -216,6 +221,88 @@ void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats) {
 }
 
 
+/* ---- the draft steps' NVFP4 lm_head -------------------------------------------------------------- */
+
+static int draft_head_asked(void) {
+    const char *e = getenv("QRT_DRAFT_HEAD");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "nvfp4")) return 1;
+    fprintf(stderr, "qwenrt: QRT_DRAFT_HEAD=%s is not nvfp4; the draft steps read lm_head\n", e);
+    return 0;
+}
+
+/* Row r of a float linear in host memory as f32. */
+static void widen_row(const qrt_linear *w, int64_t r, float *out) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)w->k * (w->fmt == QRT_WF_F32 ? 4 : 2);
+    for (int64_t i = 0; i < w->k; i++) {
+        uint16_t h;
+        if (w->fmt == QRT_WF_F32) memcpy(&out[i], row + 4 * i, 4);
+        else memcpy(&h, row + 2 * i, 2), out[i] = w->fmt == QRT_WF_BF16 ? qrt_bf16_to_f32(h) : qrt_f16_to_f32(h);
+    }
+}
+
+qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp) {
+    memset(&m->mtp.draft_head, 0, sizeof m->mtp.draft_head);
+    if (!mtp || lm->fmt == QRT_WF_NVFP4 || !draft_head_asked()) return QRT_OK;
+    const int64_t N = lm->n, K = lm->k;
+    if ((lm->fmt != QRT_WF_BF16 && lm->fmt != QRT_WF_F16 && lm->fmt != QRT_WF_F32) || K % 16) {
+        fprintf(stderr, "qwenrt: QRT_DRAFT_HEAD=nvfp4 needs lm_head in BF16, F16 or F32 with a row length divisible by "
+                "16 (it is %s, %lld columns); the draft steps read lm_head\n", qrt_wformat_name(lm->fmt), (long long)K);
+        return QRT_OK;
+    }
+    qrt_dtype_init();
+    float amax = 0.0f; /* the tensor scale, as compressed-tensors derives it: over the whole matrix */
+    int failed = 0;
+#pragma omp parallel reduction(max : amax) reduction(| : failed)
+    {
+        float *row = malloc(sizeof(float) * (size_t)K);
+        failed = !row;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < N; r++) {
+            if (!row) continue;
+            widen_row(lm, r, row);
+            for (int64_t i = 0; i < K; i++) amax = fmaxf(amax, fabsf(row[i]));
+        }
+        free(row);
+    }
+    const float global = qrt_nvfp4_global_scale(amax);
+    uint8_t *codes = qrt_alloc_aligned((size_t)(N * K / 2)), *scales = qrt_alloc_aligned((size_t)(N * K / 16));
+    if (failed || !codes || !scales) {
+        free(codes), free(scales);
+        return qrt_fail(QRT_ERR_MEMORY, "QRT_DRAFT_HEAD=nvfp4: cannot allocate %.2f GB of host memory for the NVFP4 "
+                        "copy of lm_head; unset QRT_DRAFT_HEAD", (double)N * K * 9 / 16 / 1e9);
+    }
+#pragma omp parallel reduction(| : failed)
+    {
+        float *row = malloc(sizeof(float) * (size_t)K);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < N; r++) {
+            if (!row) continue;
+            widen_row(lm, r, row);
+            qrt_nvfp4_quantize_row(row, K, global, codes + r * K / 2, scales + r * K / 16);
+        }
+        failed = !row; /* a thread without its row left its rows zero: report, do not use the copy */
+        free(row);
+    }
+    if (failed) {
+        free(codes), free(scales);
+        return qrt_fail(QRT_ERR_MEMORY, "QRT_DRAFT_HEAD=nvfp4: out of host memory quantizing lm_head");
+    }
+    qrt_linear *d = &m->mtp.draft_head;
+    *d = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales, .scale2 = 1.0f / global,
+                      .name = "lm_head (NVFP4 copy for the draft steps)"};
+    qrt_status st = m->be->prepare_linear(d);
+    if (st != QRT_OK || d->data != codes) { /* failed, or the backend made its own copy */
+        free(codes), free(scales);
+        if (st != QRT_OK) memset(d, 0, sizeof *d);
+        return st;
+    }
+    if ((st = qrt_checkpoint_keep(&m->ck, codes)) == QRT_OK) st = qrt_checkpoint_keep(&m->ck, scales);
+    else free(scales);
+    if (st != QRT_OK) memset(d, 0, sizeof *d); /* the load fails; nothing points at freed memory */
+    return st;
+}
+
 /* Hand every weight to the backend and move the f32 vectors into backend memory. On a GPU this is the
  * upload of the whole model, so it reports progress layer by layer (the CPU reads the mapping in place). */
 static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats, int show) {
@@ -226,6 +313,7 @@ static qrt_status prepare_weights(qrt_model *m, float *host, size_t floats, int 
     if (m->mtp.present) total += qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer);
     qrt_progress p;
     qrt_progress_begin(&p, "uploading", total, show && strcmp(be->name, "cpu") != 0);
+    QRT_TRY(qrt_model_make_draft_head(m, &m->lm_head, m->mtp.present)); /* from the host rows, before they move */
     QRT_TRY(be->prepare_linear(&m->embed));
     qrt_progress_add(&p, qrt_linear_bytes(&m->embed));
     if (tied) m->lm_head = m->embed;
@@ -363,5 +451,5 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b) {
     }
     if (m->mtp.present)
         b->mtp_step = qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer) +
-                      qrt_linear_bytes(&m->lm_head) + embed_row;
+                      qrt_linear_bytes(m->mtp.draft_head.data ? &m->mtp.draft_head : &m->lm_head) + embed_row;
 }

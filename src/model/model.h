@@ -47,6 +47,8 @@ typedef struct {
     float *norm_hidden;     /* [D], 1 + w (pre_fc_norm_hidden) */
     float *norm_out;        /* [D], 1 + w (mtp.norm) */
     qrt_layer layer;        /* mtp.layers.0, kind FULL */
+    qrt_linear draft_head;  /* [V, D] an NVFP4 copy of lm_head for the draft steps (qrt_model_make_draft_head);
+                             * data NULL: they read lm_head */
 } qrt_mtp;
 
 struct qrt_model {
@@ -204,6 +206,12 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 /* Building a model without a checkpoint (tools/synthetic.c shares these with qrt_model_load). */
 /* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
+
+/* QRT_DRAFT_HEAD=nvfp4 on a model with an MTP head (mtp) whose lm_head is BF16, F16 or F32: quantize lm (host rows,
+ * before prepare_linear) to NVFP4 into m->mtp.draft_head, prepared for the backend, for the draft steps to read
+ * instead (a quarter of the bytes: lm_head is 89% of a draft step of the 27B in the published layout). Drafts are
+ * guesses the verify checks, so the greedy output does not change; acceptance can. Otherwise does nothing. */
+qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp);
 
 /* Memory kept free beside a session made by qrt_session_default_ctx: the ops' own scratch (the prefill matmuls'
  * bf16 copies of x and of a weight, cuBLASLt's workspace, attention's chunk slots, the NVFP4 tuner's buffers). */

@@ -150,7 +150,7 @@ static qrt_status bind_modelopt_nvfp4(qrt_checkpoint *ck, const qrt_st_tensor *c
     return read_scalar_scale(ck, p, "weight_scale_2", &w->scale2);
 }
 
-static qrt_status keep(qrt_checkpoint *ck, void *buf) {
+qrt_status qrt_checkpoint_keep(qrt_checkpoint *ck, void *buf) {
     void **grown = realloc(ck->owned, sizeof *grown * (size_t)(ck->n_owned + 1));
     if (!grown) {
         free(buf);
@@ -192,7 +192,7 @@ static qrt_status bind_fp8_block(qrt_checkpoint *ck, const qrt_st_tensor *t, con
                             (long long)(i % sc));
         }
     }
-    QRT_TRY(keep(ck, scales));
+    QRT_TRY(qrt_checkpoint_keep(ck, scales));
     w->fmt = QRT_WF_FP8B;
     w->data = t->data;
     w->scales = scales;

@@ -23,6 +23,8 @@ qrt_status qrt_checkpoint_open(qrt_checkpoint *ck, const char *dir);
  * formats are cross-checked against mtp_dir's own config.json when it has one. */
 qrt_status qrt_checkpoint_add_mtp(qrt_checkpoint *ck, const char *mtp_dir);
 void qrt_checkpoint_close(qrt_checkpoint *ck);
+/* Hand buf (malloc'ed) to the checkpoint, which frees it on close; on failure it is freed now. */
+qrt_status qrt_checkpoint_keep(qrt_checkpoint *ck, void *buf);
 /* Whether the linear full_name ("lm_head.weight") exists in any stored form (float, NVFP4, FP8). */
 int qrt_checkpoint_has_linear(const qrt_checkpoint *ck, const char *full_name);
 

@@ -73,14 +73,6 @@ typedef struct {
 } builder;
 
 /* Keep a host buffer for the model's lifetime (the CPU backend reads weights in place). */
-static qrt_status own(qrt_checkpoint *ck, void *buf) {
-    void **grown = realloc(ck->owned, sizeof *grown * (size_t)(ck->n_owned + 1));
-    if (!grown) return qrt_fail(QRT_ERR_MEMORY, "out of memory");
-    ck->owned = grown;
-    ck->owned[ck->n_owned++] = buf;
-    return QRT_OK;
-}
-
 static void fill_bf16(uint16_t *w, int64_t n, int64_t k, float std, uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
@@ -124,9 +116,8 @@ static void fill_fp8(uint8_t *codes, float *scales, int64_t n, int64_t k, float 
     for (int64_t b = 0; b < blocks; b++) scales[b] = std / 0.5f;
 }
 
-/* Draw one [n, k] linear in fmt, hand it to the backend, and free the host copy when the backend made its
- * own (the data pointer changed). */
-static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
+/* Draw one [n, k] linear in fmt into host memory (w->data, w->scales). */
+static qrt_status draw_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
     const uint64_t seed = qrt_mix64(++b->next_seed * 0x2545F4914F6CDD1Dull);
     const float std = 1.0f / sqrtf((float)k);
     memset(w, 0, sizeof *w);
@@ -151,13 +142,28 @@ static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_
                         "smaller preset or a machine with more memory", (double)n * k / 1e9, name);
     }
     w->data = data, w->scales = scales;
+    return QRT_OK;
+}
+
+/* Hand a drawn linear to the backend, and free the host copy when the backend made its own (the data pointer
+ * changed); else the checkpoint keeps it. */
+static qrt_status hand_over(builder *b, qrt_linear *w) {
+    void *data = (void *)w->data, *scales = (void *)w->scales;
     qrt_status st = b->m->be->prepare_linear(w);
     if (st != QRT_OK || w->data != data) { /* failed, or the backend has its own copy now */
         free(data), free(scales);
         return st;
     }
-    QRT_TRY(own(&b->m->ck, data));
-    return scales ? own(&b->m->ck, scales) : QRT_OK;
+    if ((st = qrt_checkpoint_keep(&b->m->ck, data)) != QRT_OK) {
+        free(scales);
+        return st;
+    }
+    return scales ? qrt_checkpoint_keep(&b->m->ck, scales) : QRT_OK;
+}
+
+static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
+    QRT_TRY(draw_linear(b, w, fmt, n, k, name));
+    return hand_over(b, w);
 }
 
 /* ---- vectors ------------------------------------------------------------------------------------- */
@@ -237,7 +243,13 @@ static qrt_status build(qrt_model *m, qrt_wformat fmt, qrt_wformat plain, int mt
     builder b = {m, fmt, plain, 0};
     vec_cursor vc = {host, 0, 0x51};
     QRT_TRY(make_linear(&b, &m->embed, QRT_WF_BF16, c->vocab, c->hidden, "embed_tokens"));
-    QRT_TRY(make_linear(&b, &m->lm_head, plain, c->vocab, c->hidden, "lm_head"));
+    QRT_TRY(draw_linear(&b, &m->lm_head, plain, c->vocab, c->hidden, "lm_head"));
+    qrt_status st = qrt_model_make_draft_head(m, &m->lm_head, mtp); /* from the host rows, before they move */
+    if (st != QRT_OK) {
+        free((void *)m->lm_head.data), free((void *)m->lm_head.scales);
+        return st;
+    }
+    QRT_TRY(hand_over(&b, &m->lm_head));
     m->final_norm = make_vector(&vc, (size_t)c->hidden, V_NORM);
     for (int i = 0; i < c->n_layers; i++) QRT_TRY(make_layer(&b, &m->layers[i], c->layer_kind[i], &vc));
     if (mtp) {
