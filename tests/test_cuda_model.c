@@ -9,7 +9,8 @@
  * that cross attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must
  * actually be replayed; the same with the bf16 and fp8 KV caches. Speculation continues a session as a conversation's
  * next turns do (tests/continued_spec.h): each turn speculates and gives the tokens of a fresh generation of the whole
- * conversation, the MTP head's cache and kept hidden equal to a fresh session's. Exit 77 (CTest SKIP) when there is no
+ * conversation, the MTP head's cache and kept hidden equal to a fresh session's. With the draft steps' NVFP4 copy of
+ * lm_head (QRT_DRAFT_HEAD=nvfp4) the speculative runs must give the same tokens. Exit 77 (CTest SKIP) when there is no
  * GPU. */
 #include <math.h>
 #include <stdlib.h>
@@ -374,6 +375,29 @@ static void run_kv_cases(const char *data_dir, int device) {
     }
 }
 
+/* tiny-mm loaded with QRT_DRAFT_HEAD=nvfp4: the draft steps read an NVFP4 copy of lm_head; every speculative run of
+ * run_spec_cases must still give HF's greedy tokens. */
+static void run_draft_head_case(const char *data_dir, int device) {
+    char dir[1024], refpath[1100];
+    snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
+    snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
+    qrt_load_opts opts = {.device = device};
+    qrt_model *m = NULL;
+    qrt_st_set ref = {0};
+    setenv("QRT_DRAFT_HEAD", "nvfp4", 1);
+    const qrt_status st = qrt_model_load(dir, &opts, &m);
+    unsetenv("QRT_DRAFT_HEAD");
+    if (st != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
+        CHECK(0, "tiny-mm with QRT_DRAFT_HEAD=nvfp4: %s", qrt_last_error());
+    } else {
+        CHECK(m->mtp.draft_head.data && m->mtp.draft_head.fmt == QRT_WF_NVFP4, "tiny-mm with QRT_DRAFT_HEAD=nvfp4: no "
+              "NVFP4 draft head");
+        run_spec_cases(m, &ref, "tiny-mm/draft-nvfp4");
+    }
+    qrt_st_close(&ref);
+    qrt_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_cuda_model DATA_DIR [cpu]   (cpu: run the same checks on the CPU backend)\n");
@@ -412,5 +436,6 @@ int main(int argc, char **argv) {
     }
     run_kv_cases(argv[1], device);
     run_nvfp4_case(argv[1], device);
+    run_draft_head_case(argv[1], device);
     return test_exit("cuda_model");
 }
