@@ -58,6 +58,10 @@ COMMON = {
     "max_position_embeddings": 4096,
 }
 
+# The text-only checkpoints (Qwen3_5ForCausalLM's flat layout, keys under model.): no vision tower, no MTP head.
+TEXT_ONLY = {"form": "flat", "mtp": False, "visual": False}
+TEXT_ONLY_CONFIG = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text"}
+
 SPECS = {
     "tiny-mm": {
         "form": "mm",  # Qwen3_5ForConditionalGeneration layout, keys under model.language_model.
@@ -98,16 +102,13 @@ SPECS = {
         },
     },
     "tiny-flat": {
-        "form": "flat",
+        **TEXT_ONLY,
         "dtype": "float16",
         "base_seed": 2000,
         "long": True,
         "shards": 2,
-        "mtp": False,
-        "visual": False,
         "config": {
-            "architectures": ["Qwen3_5ForCausalLM"],
-            "model_type": "qwen3_5_text",
+            **TEXT_ONLY_CONFIG,
             "vocab_size": 1000,
             **COMMON,
             "intermediate_size": 384,
@@ -131,7 +132,7 @@ SPECS = {
         "expect_rope": {"rope_type": "default", "rope_theta": 1000000, "partial_rotary_factor": 0.25},
     },
     "tiny-tied": {
-        "form": "flat",
+        **TEXT_ONLY,
         "dtype": "float32",
         "base_seed": 3000,
         "long": True,
@@ -139,11 +140,8 @@ SPECS = {
         # input token; keep it small so that the layers, not the token identity, dominate the residual stream
         "embed_std": 0.1,
         "shards": 1,
-        "mtp": False,
-        "visual": False,
         "config": {
-            "architectures": ["Qwen3_5ForCausalLM"],
-            "model_type": "qwen3_5_text",
+            **TEXT_ONLY_CONFIG,
             "vocab_size": 512,
             **COMMON,
             "intermediate_size": 256,
@@ -163,7 +161,7 @@ SPECS = {
         },
     },
     "tiny-longmem": {
-        "form": "flat",
+        **TEXT_ONLY,
         "dtype": "bfloat16",
         "base_seed": 4000,
         "long": True,
@@ -174,11 +172,8 @@ SPECS = {
         "A_range": (0.005, 0.5),
         "dt_bias_mean": -4.0,
         "shards": 1,
-        "mtp": False,
-        "visual": False,
         "config": {
-            "architectures": ["Qwen3_5ForCausalLM"],
-            "model_type": "qwen3_5_text",
+            **TEXT_ONLY_CONFIG,
             "vocab_size": 256,
             **COMMON,
             "intermediate_size": 64,
