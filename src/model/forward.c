@@ -269,9 +269,8 @@ static void mtp_body(qrt_session *s, const void *arg) {
     const qrt_layer_kind full = QRT_LAYER_FULL;
     decoder_stack(s, &mtp->layer, &full, &s->mtp, 1, a->pos0, T, mtp->norm_out, sc->mtp_out);
     const float *last = sc->mtp_out + (size_t)(T - 1) * D;
-    const qrt_linear *head = mtp->draft_head.data ? &mtp->draft_head : &m->lm_head;
-    if (a->logits) lm_head(s, head, last, 1, a->logits, NULL);
-    if (a->picks) lm_head(s, head, last, 1, NULL, a->picks);
+    if (a->logits) lm_head(s, qrt_draft_lm_head(m), last, 1, a->logits, NULL);
+    if (a->picks) lm_head(s, qrt_draft_lm_head(m), last, 1, NULL, a->picks);
 }
 
 void qrt_mtp_forward(qrt_session *s, const float *h, const int32_t *tokens, int T, int pos0, float *logits,

@@ -4,10 +4,12 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_quant.h"
 #include "io/dtype.h"
 #include "io/quant_encode.h"
 #include "util/progress.h"
@@ -231,16 +233,6 @@ static int draft_head_asked(void) {
     return 0;
 }
 
-/* Row r of a float linear in host memory as f32. */
-static void widen_row(const qrt_linear *w, int64_t r, float *out) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)w->k * (w->fmt == QRT_WF_F32 ? 4 : 2);
-    for (int64_t i = 0; i < w->k; i++) {
-        uint16_t h;
-        if (w->fmt == QRT_WF_F32) memcpy(&out[i], row + 4 * i, 4);
-        else memcpy(&h, row + 2 * i, 2), out[i] = w->fmt == QRT_WF_BF16 ? qrt_bf16_to_f32(h) : qrt_f16_to_f32(h);
-    }
-}
-
 qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp) {
     memset(&m->mtp.draft_head, 0, sizeof m->mtp.draft_head);
     if (!mtp || lm->fmt == QRT_WF_NVFP4 || !draft_head_asked()) return QRT_OK;
@@ -251,43 +243,30 @@ qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp
         return QRT_OK;
     }
     qrt_dtype_init();
-    float amax = 0.0f; /* the tensor scale, as compressed-tensors derives it: over the whole matrix */
-    int failed = 0;
-#pragma omp parallel reduction(max : amax) reduction(| : failed)
-    {
-        float *row = malloc(sizeof(float) * (size_t)K);
-        failed = !row;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < N; r++) {
-            if (!row) continue;
-            widen_row(lm, r, row);
-            for (int64_t i = 0; i < K; i++) amax = fmaxf(amax, fabsf(row[i]));
-        }
-        free(row);
-    }
-    const float global = qrt_nvfp4_global_scale(amax);
+    /* one f32 row per thread; the rows are widened twice, since the tensor scale (compressed-tensors': over the
+     * whole matrix) must be known before the first row is encoded */
+    float *rows = malloc(sizeof(float) * (size_t)K * (size_t)omp_get_max_threads());
     uint8_t *codes = qrt_alloc_aligned((size_t)(N * K / 2)), *scales = qrt_alloc_aligned((size_t)(N * K / 16));
-    if (failed || !codes || !scales) {
-        free(codes), free(scales);
+    if (!rows || !codes || !scales) {
+        free(rows), free(codes), free(scales);
         return qrt_fail(QRT_ERR_MEMORY, "QRT_DRAFT_HEAD=nvfp4: cannot allocate %.2f GB of host memory for the NVFP4 "
                         "copy of lm_head; unset QRT_DRAFT_HEAD", (double)N * K * 9 / 16 / 1e9);
     }
-#pragma omp parallel reduction(| : failed)
-    {
-        float *row = malloc(sizeof(float) * (size_t)K);
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < N; r++) {
-            if (!row) continue;
-            widen_row(lm, r, row);
-            qrt_nvfp4_quantize_row(row, K, global, codes + r * K / 2, scales + r * K / 16);
-        }
-        failed = !row; /* a thread without its row left its rows zero: report, do not use the copy */
-        free(row);
+    float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : amax)
+    for (int64_t r = 0; r < N; r++) {
+        float *row = rows + (size_t)K * (size_t)omp_get_thread_num();
+        qrt_cpu_row_to_f32(lm, r, 0, K, row);
+        for (int64_t i = 0; i < K; i++) amax = fmaxf(amax, fabsf(row[i]));
     }
-    if (failed) {
-        free(codes), free(scales);
-        return qrt_fail(QRT_ERR_MEMORY, "QRT_DRAFT_HEAD=nvfp4: out of host memory quantizing lm_head");
+    const float global = qrt_nvfp4_global_scale(amax);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        float *row = rows + (size_t)K * (size_t)omp_get_thread_num();
+        qrt_cpu_row_to_f32(lm, r, 0, K, row);
+        qrt_nvfp4_quantize_row(row, K, global, codes + r * K / 2, scales + r * K / 16);
     }
+    free(rows);
     qrt_linear *d = &m->mtp.draft_head;
     *d = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales, .scale2 = 1.0f / global,
                       .name = "lm_head (NVFP4 copy for the draft steps)"};
@@ -451,5 +430,5 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b) {
     }
     if (m->mtp.present)
         b->mtp_step = qrt_linear_bytes(&m->mtp.fc) + layer_weight_bytes(&m->mtp.layer) +
-                      qrt_linear_bytes(m->mtp.draft_head.data ? &m->mtp.draft_head : &m->lm_head) + embed_row;
+                      qrt_linear_bytes(qrt_draft_lm_head(m)) + embed_row;
 }

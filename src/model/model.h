@@ -66,6 +66,11 @@ struct qrt_model {
     int prefill_piece;   /* tokens per forward piece of its sessions: the backend's, or QRT_PREFILL_PIECE */
 };
 
+/* The lm_head the MTP draft steps read: its NVFP4 copy when one was made, else the model's. */
+static inline const qrt_linear *qrt_draft_lm_head(const qrt_model *m) {
+    return m->mtp.draft_head.data ? &m->mtp.draft_head : &m->lm_head;
+}
+
 /* Scratch for one forward piece of up to s->piece tokens; one allocation, carved at session creation. */
 typedef struct {
     float *h;        /* [T][D] residual stream */
