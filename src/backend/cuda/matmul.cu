@@ -147,11 +147,11 @@ static void group_off_blas(int form, const qrt_linear_group *g, const float *x, 
         fp4_pair_launch(form, -1, g, x, T, FP4_PAIR, y[0], y[1]);
         return;
     }
-    if (!g->fused && qrt_cuda_dense_mma_group_fits(g)) {
-        qrt_cuda_matmul_dense_mma_group(g, x, T, y);
-        return;
-    }
-    if (!g->fused) { /* not laid out together (mixed formats, fewer than two NVFP4 parts) */
+    if (!g->fused) { /* not laid out together: all BF16 / FP8 (one launch), mixed, or fewer than two NVFP4 parts */
+        if (qrt_cuda_dense_mma_group_fits(g)) {
+            qrt_cuda_matmul_dense_mma_group(g, x, T, y);
+            return;
+        }
         for (int i = 0; i < g->n; i++) matmul_with(form, g->part[i], x, T, y[i]);
         return;
     }
