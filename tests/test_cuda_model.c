@@ -346,24 +346,31 @@ static void run_nvfp4_case(const char *data_dir, int device) {
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpl);
 }
 
+/* Load the fixture model in dir with opts, and its reference.safetensors; 0 (a failure counted, named by what) when
+ * either fails. */
+static int open_fixture(const char *dir, const qrt_load_opts *opts, qrt_model **m, qrt_st_set *ref, const char *what) {
+    char refpath[1100];
+    snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
+    if (qrt_model_load(dir, opts, m) == QRT_OK && qrt_st_add_file(ref, refpath) == QRT_OK) return 1;
+    CHECK(0, "%s: %s", what, qrt_last_error());
+    return 0;
+}
+
 /* The bf16 and fp8 KV caches: the long prompt against HF (run_long_case, LONG_TOL_KV) on either device; on the GPU
  * (tensor-core attention, split over fixed key chunks in decode and verify) speculative decoding and graph replays
  * give plain decoding's tokens on tiny-mm (MTP head, head_dim 32). Positions
  * 130..330 cross three 64-key chunk boundaries, 1000..1060 the change to 256-key chunks at 1024; the prompts are
  * prefilled by the long-call path. */
 static void run_kv_cases(const char *data_dir, int device) {
-    char dir[1024], refpath[1100];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
-    snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
     const int fmts[] = {QRT_KV_BF16, QRT_KV_FP8};
     const char *names[] = {"tiny-mm/bf16", "tiny-mm/fp8"};
     for (int i = 0; i < 2; i++) {
         qrt_load_opts opts = {.device = device, .kv_format = fmts[i]};
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
-        if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-            CHECK(0, "%s: %s", names[i], qrt_last_error());
-        } else {
+        if (open_fixture(dir, &opts, &m, &ref, names[i])) {
             run_long_case(m, dir, names[i], LONG_TOL_KV[i], 0);
             if (device == QRT_DEVICE_CUDA) {
                 run_graph_cases(m, &ref, names[i], 130, 200);
@@ -378,18 +385,15 @@ static void run_kv_cases(const char *data_dir, int device) {
 /* tiny-mm loaded with QRT_DRAFT_HEAD=nvfp4: the draft steps read an NVFP4 copy of lm_head; every speculative run of
  * run_spec_cases must still give HF's greedy tokens. */
 static void run_draft_head_case(const char *data_dir, int device) {
-    char dir[1024], refpath[1100];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
-    snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
     qrt_load_opts opts = {.device = device};
     qrt_model *m = NULL;
     qrt_st_set ref = {0};
     setenv("QRT_DRAFT_HEAD", "nvfp4", 1);
-    const qrt_status st = qrt_model_load(dir, &opts, &m);
+    const int opened = open_fixture(dir, &opts, &m, &ref, "tiny-mm with QRT_DRAFT_HEAD=nvfp4");
     unsetenv("QRT_DRAFT_HEAD");
-    if (st != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-        CHECK(0, "tiny-mm with QRT_DRAFT_HEAD=nvfp4: %s", qrt_last_error());
-    } else {
+    if (opened) {
         CHECK(m->mtp.draft_head.data && m->mtp.draft_head.fmt == QRT_WF_NVFP4, "tiny-mm with QRT_DRAFT_HEAD=nvfp4: no "
               "NVFP4 draft head");
         run_spec_cases(m, &ref, "tiny-mm/draft-nvfp4");
@@ -410,15 +414,12 @@ int main(int argc, char **argv) {
     }
     const char *models[] = {"tiny-mm", "tiny-flat", "tiny-tied", "tiny-longmem"};
     for (int i = 0; i < 4; i++) {
-        char dir[1024], refpath[1100];
+        char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s", argv[1], models[i]);
-        snprintf(refpath, sizeof refpath, "%s/reference.safetensors", dir);
         qrt_load_opts opts = {.device = device};
         qrt_model *m = NULL;
         qrt_st_set ref = {0};
-        if (qrt_model_load(dir, &opts, &m) != QRT_OK || qrt_st_add_file(&ref, refpath) != QRT_OK) {
-            CHECK(0, "%s: %s", models[i], qrt_last_error());
-        } else {
+        if (open_fixture(dir, &opts, &m, &ref, models[i])) {
             run_case(m, &ref, models[i], "long");
             run_case(m, &ref, models[i], "short");
             run_long_case(m, dir, models[i], LONG_TOL, 0);
