@@ -9,8 +9,8 @@
  * that cross attention's chunk boundaries (every 32 keys, and the change of chunk length after 2048), and must
  * actually be replayed; the same with the bf16 and fp8 KV caches. Speculation continues a session as a conversation's
  * next turns do (tests/continued_spec.h): each turn speculates and gives the tokens of a fresh generation of the whole
- * conversation, the MTP head's cache and kept hidden equal to a fresh session's. With the draft steps' NVFP4 copy of
- * lm_head (QRT_DRAFT_HEAD=nvfp4) the speculative runs must give the same tokens. Exit 77 (CTest SKIP) when there is no
+ * conversation, the MTP head's cache and kept hidden equal to a fresh session's. With either draft head (lm_head, or
+ * its NVFP4 copy: QRT_DRAFT_HEAD) the speculative runs must give the same tokens. Exit 77 (CTest SKIP) when there is no
  * GPU. */
 #include <math.h>
 #include <stdlib.h>
@@ -382,21 +382,26 @@ static void run_kv_cases(const char *data_dir, int device) {
     }
 }
 
-/* tiny-mm loaded with QRT_DRAFT_HEAD=nvfp4: the draft steps read an NVFP4 copy of lm_head; every speculative run of
+/* tiny-mm with the draft head the backend does not take by default (QRT_DRAFT_HEAD: on a GPU the draft steps read an
+ * NVFP4 copy of lm_head unless told lm_head, on the CPU lm_head unless told nvfp4): every speculative run of
  * run_spec_cases must still give HF's greedy tokens. */
 static void run_draft_head_case(const char *data_dir, int device) {
-    char dir[1024];
+    char dir[1024], what[96];
     snprintf(dir, sizeof dir, "%s/tiny-mm", data_dir);
+    const int nvfp4 = device == QRT_DEVICE_CPU;
+    const char *head = nvfp4 ? "nvfp4" : "lm_head";
+    snprintf(what, sizeof what, "tiny-mm with QRT_DRAFT_HEAD=%s", head);
     qrt_load_opts opts = {.device = device};
     qrt_model *m = NULL;
     qrt_st_set ref = {0};
-    setenv("QRT_DRAFT_HEAD", "nvfp4", 1);
-    const int opened = open_fixture(dir, &opts, &m, &ref, "tiny-mm with QRT_DRAFT_HEAD=nvfp4");
+    setenv("QRT_DRAFT_HEAD", head, 1);
+    const int opened = open_fixture(dir, &opts, &m, &ref, what);
     unsetenv("QRT_DRAFT_HEAD");
     if (opened) {
-        CHECK(m->mtp.draft_head.data && m->mtp.draft_head.fmt == QRT_WF_NVFP4, "tiny-mm with QRT_DRAFT_HEAD=nvfp4: no "
-              "NVFP4 draft head");
-        run_spec_cases(m, &ref, "tiny-mm/draft-nvfp4");
+        CHECK(nvfp4 ? m->mtp.draft_head.data && m->mtp.draft_head.fmt == QRT_WF_NVFP4 : !m->mtp.draft_head.data,
+              "%s: the draft head is not the one asked for", what);
+        snprintf(what, sizeof what, "tiny-mm/draft-%s", head);
+        run_spec_cases(m, &ref, what);
     }
     qrt_st_close(&ref);
     qrt_model_free(m);

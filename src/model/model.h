@@ -212,10 +212,11 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 /* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
 
-/* QRT_DRAFT_HEAD=nvfp4 on a model with an MTP head (mtp) whose lm_head is BF16, F16 or F32: quantize lm (host rows,
- * before prepare_linear) to NVFP4 into m->mtp.draft_head, prepared for the backend, for the draft steps to read
- * instead (a quarter of the bytes: lm_head is 89% of a draft step of the 27B in the published layout). Drafts are
- * guesses the verify checks, so the greedy output does not change; acceptance can. Otherwise does nothing. */
+/* On a model with an MTP head (mtp) whose lm_head is BF16, F16 or F32, by default on a GPU backend (QRT_DRAFT_HEAD=nvfp4
+ * or =lm_head decides on any): quantize lm (host rows, before prepare_linear) to NVFP4 into m->mtp.draft_head, prepared
+ * for the backend, for the draft steps to read instead (a quarter of the bytes: lm_head is 89% of a draft step of the
+ * 27B in the published layout). Drafts are guesses the verify checks, so the greedy output does not change;
+ * acceptance can. Otherwise does nothing. */
 qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp);
 
 /* Memory kept free beside a session made by qrt_session_default_ctx: the ops' own scratch (the prefill matmuls'
