@@ -674,14 +674,10 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
  * Longer calls (prefill pieces) run each row tile over all its keys in one block: no scratch, no merge. Recorded, the
  * split grid covers the chunks of every position below max_pos, as in variant 1. */
 template <int DH, int F>
-static void launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
+static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
     constexpr size_t smem = F == QRT_KV_BF16 ? fa_layout<DH>::bf16_bytes : fa_layout<DH>::fp8_bytes;
-    static int smem_set = 0; /* one per instantiation */
-    if (!smem_set) {
-        QRT_CUDA_CHECK(
-            cudaFuncSetAttribute(attention_tc<DH, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = 1;
-    }
+    static int asked = 0; /* one per instantiation */
+    if (!smem_allow(attention_tc<DH, F>, smem, &asked)) return false;
     float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
     int max_pos = 0;
     const int *pd = qrt_cuda_graph_pos(&max_pos);
@@ -694,7 +690,7 @@ static void launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
     if (T > QRT_ATTN_SPLIT_MAX_T) {
         const dim3 grid(QRT_CEIL_DIV(T * G, FA_ROWS), Hkv, 1);
         QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, 0, T, Hq, Hkv, 0, out, part);
-        return;
+        return true;
     }
     constexpr int E = (DH + 31) / 32;
     for (int t0 = 0; t0 < T; t0 += FA_SLICE) {
@@ -703,17 +699,19 @@ static void launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
         QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, t0, Ts, Hq, Hkv, 1, out, part);
         if (nch > 1) QRT_LAUNCH((attention_merge<E, 1>), dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, DH, out, part);
     }
+    return true;
 }
 
-/* Variant 3 for a bf16 or fp8 cache and Dh of 32, 64, 128 or 256; 0 when it does not apply. */
+/* Variant 3 for a bf16 or fp8 cache and Dh of 32, 64, 128 or 256; 0, launching nothing, when it does not apply (another
+ * Dh, or a device whose blocks cannot have its shared memory: the 27B's Dh 256 asks for 165 KiB). The choice depends
+ * only on the device and the shape, so decode and verify always take the same variant. */
 template <int F>
 static int attention_tc_fmt(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
-    if (Dh == 256) launch_attention_tc<256, F>(qg, kv, T, pos0, Hq, Hkv, out);
-    else if (Dh == 128) launch_attention_tc<128, F>(qg, kv, T, pos0, Hq, Hkv, out);
-    else if (Dh == 64) launch_attention_tc<64, F>(qg, kv, T, pos0, Hq, Hkv, out);
-    else if (Dh == 32) launch_attention_tc<32, F>(qg, kv, T, pos0, Hq, Hkv, out);
-    else return 0;
-    return 1;
+    if (Dh == 256) return launch_attention_tc<256, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    if (Dh == 128) return launch_attention_tc<128, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    if (Dh == 64) return launch_attention_tc<64, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    if (Dh == 32) return launch_attention_tc<32, F>(qg, kv, T, pos0, Hq, Hkv, out);
+    return 0;
 }
 
 template <int F>

@@ -118,6 +118,24 @@ static inline int compute_major(void) {
     return n;
 }
 
+/* The shared memory one block may ask for on device 0 (asked once per file). */
+static inline int smem_per_block_optin(void) {
+    static int n = 0;
+    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    return n;
+}
+/* false where the device cannot give one block of kernel smem bytes (99 KiB per block on sm_86 and sm_89, 163 on
+ * sm_80); else lets it have them past 48 KiB (asked once per kernel: *asked). A caller that gets false runs a variant
+ * that needs less. */
+template <typename K> static inline bool smem_allow(K kernel, size_t smem, int *asked) {
+    if (smem > (size_t)smem_per_block_optin()) return false;
+    if (!*asked) {
+        QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        *asked = 1;
+    }
+    return true;
+}
+
 /* Dense (and FP8) weight rows are padded on the device to a multiple of 16 bytes (see prepare_linear), so every
  * row starts 16-byte aligned. Elements per padded row: */
 static inline int64_t qrt_dense_row_elems(int fmt, int64_t k) {

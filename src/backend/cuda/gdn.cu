@@ -709,24 +709,6 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
     }
 }
 
-/* The shared memory one block may ask for on device 0 (asked once). */
-static int smem_per_block_optin(void) {
-    static int n = 0;
-    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    return n;
-}
-
-/* false where the device cannot give one block of kernel smem bytes (GPUs with 99 KiB per block, such as sm_86 and
- * sm_89, at Dk = 128); else lets it have them past 48 KiB (asked once per kernel: *asked) */
-template <typename F> static bool smem_allow(F kernel, size_t smem, int *asked) {
-    if (smem > (size_t)smem_per_block_optin()) return false;
-    if (!*asked) {
-        QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        *asked = 1;
-    }
-    return true;
-}
-
 /* Variant 1; false, launching nothing, where the shared memory cannot be had */
 template <int DK, int VS>
 static bool gdn_chunked_launch(const float *qkv, const float *a, const float *b, const float *A_log,
