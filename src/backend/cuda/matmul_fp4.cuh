@@ -518,17 +518,11 @@ __host__ __device__ static inline size_t fp4_sx_bytes(int64_t S) {
 __host__ __device__ static inline size_t fp4_ring_smem(int WPB, int D, bool SX, int64_t S) {
     return (size_t)WPB * D * FP4_BLOCK_BYTES + (SX ? fp4_sx_bytes(S) : 0);
 }
-/* The most dynamic shared memory one block may opt in to on device 0 (asked once). */
-static inline size_t smem_optin(void) {
-    static int n = 0;
-    if (!n) QRT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    return (size_t)n;
-}
 /* Dynamic shared memory above 48 KB needs the kernel's opt-in, once per size. False (nothing set) when smem is more
  * than a block may opt in to. */
 template <typename K> static bool fp4_smem_opt_in(K kernel, size_t smem, size_t &granted) {
     if (smem <= granted || smem <= 48 * 1024) return true;
-    if (smem > smem_optin()) return false;
+    if (smem > (size_t)smem_per_block_optin()) return false;
     QRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     granted = smem;
     return true;

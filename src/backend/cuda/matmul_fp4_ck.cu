@@ -236,7 +236,7 @@ static bool launch_ck(const uint8_t *blocks, const fp4_segments &seg, const floa
 
 template <class C> static bool ck_fits(int64_t N, int64_t K) {
     return fp4_ck_smem_full(C::warps, C::slots, CK_BLOCKS, qrt_nvfp4_row_elems(K) / FP4_SLICE, (N + 15) / 16,
-                            fp4_ck_extra(C::async_p, C::tail_cut)) <= smem_optin();
+                            fp4_ck_extra(C::async_p, C::tail_cut)) <= (size_t)smem_per_block_optin();
 }
 bool fp4_ck_fits(int config, int64_t N, int64_t K) {
     switch (config) {
