@@ -223,19 +223,32 @@ void qrt_model_upload_vectors(qrt_model *m, float *host, size_t floats) {
 }
 
 
+qrt_status qrt_model_hand_over(qrt_model *m, qrt_linear *w) {
+    void *data = (void *)w->data, *scales = (void *)w->scales;
+    qrt_status st = m->be->prepare_linear(w);
+    if (st != QRT_OK || w->data != data) { /* failed, or the backend has its own copy now */
+        free(data), free(scales);
+        return st;
+    }
+    if ((st = qrt_checkpoint_keep(&m->ck, data)) != QRT_OK) {
+        free(scales);
+        return st;
+    }
+    return scales ? qrt_checkpoint_keep(&m->ck, scales) : QRT_OK;
+}
+
 /* ---- the draft steps' NVFP4 lm_head -------------------------------------------------------------- */
 
 /* Whether the draft steps read an NVFP4 copy of lm_head: QRT_DRAFT_HEAD=nvfp4 or =lm_head decides; by default a GPU
- * backend makes one (a draft step there is bound by the bytes it reads: the stored-layout 27B's K = 6 cycle 19.8 ->
- * 16.4 ms, 240 -> 295 tok/s at a simulated AL of 3.86 on an H100), the CPU backend, the reference, does not. *asked:
- * the environment asked for it, so a model that cannot have one says why. */
+ * backend makes one (a draft step there is bound by the bytes it reads: docs/benchmarks.md has the stored layout's
+ * K = 6 rows with and without it), the CPU backend, the reference, does not. *asked: the environment asked for it, so
+ * a model that cannot have one says why. */
 static int draft_head_wanted(const qrt_backend *be, int *asked) {
     const char *e = getenv("QRT_DRAFT_HEAD");
     *asked = e && !strcmp(e, "nvfp4");
     if (*asked) return 1;
-    if (e && *e && strcmp(e, "lm_head"))
-        fprintf(stderr, "qwenrt: QRT_DRAFT_HEAD=%s is neither nvfp4 nor lm_head; using the default\n", e);
     if (e && !strcmp(e, "lm_head")) return 0;
+    if (e && *e) fprintf(stderr, "qwenrt: QRT_DRAFT_HEAD=%s is neither nvfp4 nor lm_head; using the default\n", e);
     return be != qrt_backend_cpu();
 }
 
@@ -279,14 +292,7 @@ qrt_status qrt_model_make_draft_head(qrt_model *m, const qrt_linear *lm, int mtp
     qrt_linear *d = &m->mtp.draft_head;
     *d = (qrt_linear){.fmt = QRT_WF_NVFP4, .n = N, .k = K, .data = codes, .scales = scales, .scale2 = 1.0f / global,
                       .name = "lm_head (NVFP4 copy for the draft steps)"};
-    qrt_status st = m->be->prepare_linear(d);
-    if (st != QRT_OK || d->data != codes) { /* failed, or the backend made its own copy */
-        free(codes), free(scales);
-        if (st != QRT_OK) memset(d, 0, sizeof *d);
-        return st;
-    }
-    if ((st = qrt_checkpoint_keep(&m->ck, codes)) == QRT_OK) st = qrt_checkpoint_keep(&m->ck, scales);
-    else free(scales);
+    const qrt_status st = qrt_model_hand_over(m, d);
     if (st != QRT_OK) memset(d, 0, sizeof *d); /* the load fails; nothing points at freed memory */
     return st;
 }

@@ -212,6 +212,10 @@ void qrt_model_bytes(const qrt_model *m, qrt_token_bytes *b);
 /* The backend, CPU threads and KV format opts asks for (an unknown device or KV format is an error). */
 qrt_status qrt_model_apply_opts(qrt_model *m, const qrt_load_opts *opts);
 
+/* Hand a linear built in host memory (w->data, w->scales malloc'ed) to the backend: the host copies are freed when
+ * the backend made its own or failed, else kept for the model's life (m->ck; the CPU backend reads them in place). */
+qrt_status qrt_model_hand_over(qrt_model *m, qrt_linear *w);
+
 /* On a model with an MTP head (mtp) whose lm_head is BF16, F16 or F32, by default on a GPU backend (QRT_DRAFT_HEAD=nvfp4
  * or =lm_head decides on any): quantize lm (host rows, before prepare_linear) to NVFP4 into m->mtp.draft_head, prepared
  * for the backend, for the draft steps to read instead (a quarter of the bytes: lm_head is 89% of a draft step of the

@@ -72,7 +72,6 @@ typedef struct {
     uint64_t next_seed;
 } builder;
 
-/* Keep a host buffer for the model's lifetime (the CPU backend reads weights in place). */
 static void fill_bf16(uint16_t *w, int64_t n, int64_t k, float std, uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < n; r++) {
@@ -145,25 +144,9 @@ static qrt_status draw_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_
     return QRT_OK;
 }
 
-/* Hand a drawn linear to the backend, and free the host copy when the backend made its own (the data pointer
- * changed); else the checkpoint keeps it. */
-static qrt_status hand_over(builder *b, qrt_linear *w) {
-    void *data = (void *)w->data, *scales = (void *)w->scales;
-    qrt_status st = b->m->be->prepare_linear(w);
-    if (st != QRT_OK || w->data != data) { /* failed, or the backend has its own copy now */
-        free(data), free(scales);
-        return st;
-    }
-    if ((st = qrt_checkpoint_keep(&b->m->ck, data)) != QRT_OK) {
-        free(scales);
-        return st;
-    }
-    return scales ? qrt_checkpoint_keep(&b->m->ck, scales) : QRT_OK;
-}
-
 static qrt_status make_linear(builder *b, qrt_linear *w, qrt_wformat fmt, int64_t n, int64_t k, const char *name) {
     QRT_TRY(draw_linear(b, w, fmt, n, k, name));
-    return hand_over(b, w);
+    return qrt_model_hand_over(b->m, w);
 }
 
 /* ---- vectors ------------------------------------------------------------------------------------- */
@@ -249,7 +232,7 @@ static qrt_status build(qrt_model *m, qrt_wformat fmt, qrt_wformat plain, int mt
         free((void *)m->lm_head.data), free((void *)m->lm_head.scales);
         return st;
     }
-    QRT_TRY(hand_over(&b, &m->lm_head));
+    QRT_TRY(qrt_model_hand_over(m, &m->lm_head));
     m->final_norm = make_vector(&vc, (size_t)c->hidden, V_NORM);
     for (int i = 0; i < c->n_layers; i++) QRT_TRY(make_layer(&b, &m->layers[i], c->layer_kind[i], &vc));
     if (mtp) {
