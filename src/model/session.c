@@ -91,7 +91,7 @@ static size_t session_bytes(const qrt_model *m, int32_t max_ctx, int32_t piece);
 /* Tokens per forward piece: the model's (qrt_model_apply_opts), never longer than the context, halved (to no less
  * than piece_floor) while a session with it would leave less than QRT_CTX_RESERVE of the backend's memory free: the
  * context comes first, a longer piece only makes the prefill faster (on a GPU a piece's matmuls dequantize each NVFP4
- * weight once; 8192-token pieces prefill 8192 tokens of the 27B 14% faster than 2048-token ones, for 3.2 GB more). */
+ * weight once per piece; docs/benchmarks.md has TTFT and session memory by piece length). */
 static int32_t session_piece(const qrt_model *m, int32_t max_ctx) {
     QRT_ASSERT(m->prefill_piece > 0 && m->prefill_piece <= QRT_MAX_T);
     const int32_t floor = QRT_MIN(piece_floor(m), max_ctx);
