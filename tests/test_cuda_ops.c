@@ -894,6 +894,15 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
      * significant bits: within 5e-5; the f32 path within 1e-5 */
     const int tc = fmt != QRT_KV_F32 && (Dh == 32 || Dh == 64 || Dh == 128 || Dh == 256);
     float *o = check_dev(what, od, NULL, ref, no, tc ? 5e-5 : 1e-5);
+    if (T > QRT_ATTN_SPLIT_MAX_T && tc) { /* the prefill kernel with q and p as one bf16 term each: BLAS_TOL's bound */
+        float *o2d = dev_out(no);
+        setenv("QRT_ATTN_PREFILL_BF16", "1", 1);
+        gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, o2d);
+        unsetenv("QRT_ATTN_PREFILL_BF16");
+        snprintf(what, sizeof what, "attention %s QRT_ATTN_PREFILL_BF16=1", shape);
+        free(check_dev(what, o2d, NULL, ref, no, BLAS_TOL));
+        gpu->free(o2d);
+    }
     const size_t orow = (size_t)Hq * Dh;
     for (int i = 0; i < 3; i++) { /* batch invariance: a token alone (its own chunks, its own merge) */
         const int t = ts[i];

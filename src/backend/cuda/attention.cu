@@ -465,12 +465,13 @@ __device__ __forceinline__ void fa_load_q(const float *qg, __nv_bfloat16 *qs, in
 }
 
 /* One warp's online-softmax step over NK (16 or 32) keys jt .. jt + NK - 1 for its 16 rows: S = Q·Kᵀ (q as hi + lo,
- * so two mma per step), the softmax update in f32, O += P·V (p as hi + lo). qw: this lane's ldmatrix address in q's
+ * so two mma per step), the softmax update in f32, O += P·V (p as hi + lo); TWO false: q and p as hi alone (one bf16
+ * term, 8 significant bits, as the bf16 cache's k and v: half the mma). qw: this lane's ldmatrix address in q's
  * hi rows, the lo rows qlo elements on; kt, vt: the keys and values [NK][P] bf16; ksc, vsc: fp8 scales (else
  * unused); rpos: positions of this lane's rows lane/4 and lane/4 + 8 (-1: none). A key past a row's position enters
  * as p = 0 (the tile's max and the rescale skip it, and a zero product leaves the accumulator's bits), so a row's
  * bits depend only on its own query, its position and the keys, in key order. */
-template <int DH, int F, int NK>
+template <int DH, int F, int NK, bool TWO = true>
 __device__ __forceinline__ void fa_step(const __nv_bfloat16 *qw, int qlo, const __nv_bfloat16 *kt,
                                         const __nv_bfloat16 *vt, const float *ksc, const float *vsc, int jt,
                                         const int (&rpos)[2], float (&o)[DH / 8][4], float (&m)[2], float (&l)[2]) {
@@ -484,15 +485,15 @@ __device__ __forceinline__ void fa_step(const __nv_bfloat16 *qw, int qlo, const 
     for (int kk = 0; kk < DH / 16; kk++) {
         uint32_t ah[4], al[4];
         ldsm_x4(ah, qw + kk * 16);
-        ldsm_x4(al, qw + qlo + kk * 16);
+        if (TWO) ldsm_x4(al, qw + qlo + kk * 16);
 #pragma unroll
         for (int np = 0; np < NK / 16; np++) {
             uint32_t b[4];
             ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
             mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
-            mma_bf16_16816(s[2 * np], al, b[0], b[1]);
+            if (TWO) mma_bf16_16816(s[2 * np], al, b[0], b[1]);
             mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
-            mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
+            if (TWO) mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
         }
     }
     /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
@@ -543,9 +544,9 @@ __device__ __forceinline__ void fa_step(const __nv_bfloat16 *qw, int qlo, const 
             uint32_t b[4];
             ldsm_x4_trans(b, vrow + nd * 16);
             mma_bf16_16816(o[2 * nd], ph, b[0], b[1]);
-            mma_bf16_16816(o[2 * nd], pl, b[0], b[1]);
+            if (TWO) mma_bf16_16816(o[2 * nd], pl, b[0], b[1]);
             mma_bf16_16816(o[2 * nd + 1], ph, b[2], b[3]);
-            mma_bf16_16816(o[2 * nd + 1], pl, b[2], b[3]);
+            if (TWO) mma_bf16_16816(o[2 * nd + 1], pl, b[2], b[3]);
         }
     }
 }
@@ -560,8 +561,8 @@ __device__ __forceinline__ void fa_row_pos(int (&rpos)[2], int wr0, int rows, in
 
 /* Prefill (T > QRT_ATTN_SPLIT_MAX_T). Block (row tile, kv head g): 64 rows of tokens 0 .. T - 1, one tile of 16 per
  * warp, against every key up to the block's last token in 32-key tiles, written gated: no scratch, no merge. The
- * tiles with the most keys go first. */
-template <int DH, int F>
+ * tiles with the most keys go first. TWO: q and p as hi + lo (fa_step), else one bf16 term each. */
+template <int DH, int F, bool TWO>
 __global__ void __launch_bounds__(128, 1)
     attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int T, int Hq,
                  int Hkv, float *out /* [T][Hq][Dh] */) {
@@ -608,7 +609,8 @@ __global__ void __launch_bounds__(128, 1)
             __syncthreads();
         }
         if (active)
-            fa_step<DH, F, FA_KT>(qw, FA_ROWS * P, kt, kt + FA_KT * P, ksc, ksc + FA_KT, i * FA_KT, rpos, o, m, l);
+            fa_step<DH, F, FA_KT, TWO>(qw, FA_ROWS * P, kt, kt + FA_KT * P, ksc, ksc + FA_KT, i * FA_KT, rpos, o, m,
+                                       l);
         __syncthreads(); /* its stage is refilled next */
     }
     if (!active) return;
@@ -780,6 +782,15 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
     }
 }
 
+/* QRT_ATTN_PREFILL_BF16=1: the prefill kernel takes q and p as one bf16 term each instead of hi + lo (half its mma;
+ * the error of one more bf16 rounding per product, that of the bf16 cache's own k and v). Decode and verify keep
+ * hi + lo. Off by default until measured end to end. Read at every prefill call (a few per layer and piece) so that
+ * one process can run both (tests/test_cuda_ops.c). */
+static bool attention_prefill_bf16(void) {
+    const char *e = getenv("QRT_ATTN_PREFILL_BF16");
+    return e && !strcmp(e, "1");
+}
+
 /* Variants 3 and 4. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify): attention_dec over the chunks of
  * fa_chunk_of, in slices of FA_SLICE tokens, merged by attention_merge<1>: a token's chunks and their order depend
  * only on its position. Longer calls (prefill pieces): attention_tc, each row tile over all its keys in one block: no
@@ -788,8 +799,11 @@ template <int DH, int F>
 static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
     constexpr size_t smem_tc = fa_layout<DH, FA_ROWS, FA_KT>::bytes(F);
     constexpr size_t smem_dec = fa_layout<DH, 16, FD_KT * FD_WARPS>::bytes(F);
-    static int asked_tc = 0, asked_dec = 0; /* one per instantiation */
-    if (!smem_allow(attention_tc<DH, F>, smem_tc, &asked_tc) || !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
+    static int asked_tc = 0, asked_tc1 = 0, asked_dec = 0; /* one per instantiation */
+    const bool two = !attention_prefill_bf16();
+    if (!(two ? smem_allow(attention_tc<DH, F, true>, smem_tc, &asked_tc)
+              : smem_allow(attention_tc<DH, F, false>, smem_tc, &asked_tc1)) ||
+        !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
         return false;
     float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
     int max_pos = 0;
@@ -802,7 +816,8 @@ static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
     }
     if (T > QRT_ATTN_SPLIT_MAX_T) {
         const dim3 grid(QRT_CEIL_DIV(T * G, FA_ROWS), Hkv, 1);
-        QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
+        if (two) QRT_LAUNCH((attention_tc<DH, F, true>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
+        else QRT_LAUNCH((attention_tc<DH, F, false>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
         return true;
     }
     for (int t0 = 0; t0 < T; t0 += FA_SLICE) {
