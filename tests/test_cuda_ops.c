@@ -8,7 +8,7 @@
  * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
  * them) and every BF16 / FP8 tensor-core variant; not on the prefill path through cuBLASLt (matmul_blas.cu), which is
  * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone; nor on
- * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in both of its forms at PF_TOL, a
+ * * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in each of its forms at PF_TOL, a
  * token's row against that token in another place of the batch, and its groups like the cuBLASLt path's.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>
@@ -32,7 +32,8 @@
  * kernels' (~1e-6): 1e-5 as for f32 against f32 in another order. 2: x as f16 alone, a relative error of at most 2^-11
  * per element (rms ~2^-11 / √3 ≈ 2.8e-4 for random signs): 1e-3, ~3.5x that and 3.9x tighter than BLAS_TOL, still
  * failing on any wrong element, scale or row. */
-static double pf_tol(int form) { return form == 1 ? 1e-5 : 1e-3; }
+static double pf_tol(int form) { return form == 1 ? 1e-5 : 1e-3; } /* form 3: form 2's arithmetic */
+#define PF_FORMS 3
 static const uint32_t SENTINEL = 0x7f7fbeefu; /* a finite float no op writes by chance */
 static const uint32_t POISON = 0x7fc0dead;    /* a NaN */
 
@@ -338,7 +339,9 @@ static void pf_group(const qrt_linear_group *g, const float *x, int T, float *co
 static void pf_swiglu(const qrt_linear_group *g, const float *x, int T, float *y, float *up) {
     qrt_cuda_matmul_swiglu_fp4_prefill(g, x, T, y, up, pf_form);
 }
-static const char *mode_name(int blas, int pf) { return blas ? " blas" : pf == 1 ? " pf1" : pf == 2 ? " pf2" : ""; }
+static const char *mode_name(int blas, int pf) {
+    return blas ? " blas" : pf == 1 ? " pf1" : pf == 2 ? " pf2" : pf == 3 ? " pf3" : "";
+}
 
 /* Part i of a dense test group in format fmt (BF16, or FP8 block-128 with random codes and block scales), data and
  * scales malloc'ed (the caller frees them). */
@@ -547,7 +550,7 @@ static void test_fp4_prefill(int64_t N, int64_t K, const int *Ts, int nT, int Tb
             ref = malloc(sizeof(float) * len);
             cpu->matmul(&host, x, T, ref);
         }
-        for (int form = 1; form <= 2; form++) {
+        for (int form = 1; form <= PF_FORMS; form++) {
             char what[128];
             float *yd = dev_out(len), *yrd = dev_out(len);
             qrt_cuda_matmul_fp4_prefill(&dev, xd, T, yd, form);
@@ -581,7 +584,7 @@ static void test_fp4_prefill_nan(int64_t N, int64_t K, int T, int tn, uint64_t s
     x[(size_t)tn * K + K / 2] = NAN;
     float *xd = dev_in(x, (size_t)T * K), *ref = malloc(sizeof(float) * (size_t)T * N);
     cpu->matmul(&host, x, T, ref);
-    for (int form = 1; form <= 2; form++) {
+    for (int form = 1; form <= PF_FORMS; form++) {
         float *yd = dev_out((size_t)T * N);
         qrt_cuda_matmul_fp4_prefill(&dev, xd, T, yd, form);
         float *y = download(yd, (size_t)T * N);
@@ -894,6 +897,15 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
      * significant bits: within 5e-5; the f32 path within 1e-5 */
     const int tc = fmt != QRT_KV_F32 && (Dh == 32 || Dh == 64 || Dh == 128 || Dh == 256);
     float *o = check_dev(what, od, NULL, ref, no, tc ? 5e-5 : 1e-5);
+    if (T > QRT_ATTN_SPLIT_MAX_T && tc) { /* the prefill kernel with q and p as one bf16 term each: BLAS_TOL's bound */
+        float *o2d = dev_out(no);
+        setenv("QRT_ATTN_PREFILL_BF16", "1", 1);
+        gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, o2d);
+        unsetenv("QRT_ATTN_PREFILL_BF16");
+        snprintf(what, sizeof what, "attention %s QRT_ATTN_PREFILL_BF16=1", shape);
+        free(check_dev(what, o2d, NULL, ref, no, BLAS_TOL));
+        gpu->free(o2d);
+    }
     const size_t orow = (size_t)Hq * Dh;
     for (int i = 0; i < 3; i++) { /* batch invariance: a token alone (its own chunks, its own merge) */
         const int t = ts[i];
@@ -1168,7 +1180,7 @@ int main(int argc, char **argv) {
         test_fp4_prefill(2 * 17408, 5120, NULL, 0, 128, 165);
         test_fp4_prefill_nan(130, 1536, 40, 5, 166);
         const int64_t odd[] = {37, 5, 130, 16}, mixed[] = {100, 33, 50};
-        for (int pf = 1; pf <= 2; pf++) {
+        for (int pf = 1; pf <= PF_FORMS; pf++) {
             test_group(odd, 4, 176, 0, QRT_WF_BF16, Tpg, 4, 0, pf, 167);
             test_group(odd, 4, 2048, 0, QRT_WF_BF16, Tp3, 3, 0, pf, 171); /* K split in 2 (32 steps over a 2-block grid) */
             test_group(mixed, 3, 1024, 2, QRT_WF_BF16, Tp3, 3, 0, pf, 168);

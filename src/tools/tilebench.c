@@ -53,8 +53,9 @@ static const char *usage =
     "                 otherwise the backend's matmul (one kernel per format). On the GPU also, from M = 33,\n"
     "                 'cublasLt' (the prefill path, matmul_blas.cu: x to bf16, the weight dequantized to\n"
     "                 bf16 unless it is BF16, the library GEMM; timed launch by launch), for NVFP4 from\n"
-    "                 M = 17 'fp4pf' and 'fp4pf_f16' (the prefill kernel mma_pf, matmul_fp4_prefill.cu, x as\n"
-    "                 f16 hi + lo or as f16: what QRT_FP4_PREFILL=1 or 2 runs), and for BF16/FP8\n"
+    "                 M = 17 'fp4pf', 'fp4pf_f16' and 'fp4pf3' (the prefill kernel mma_pf, matmul_fp4_prefill.cu,\n"
+    "                 x as f16 hi + lo, as f16, as f16 in 128-token pipelined blocks: what QRT_FP4_PREFILL=1, 2\n"
+    "                 or 3 runs), and for BF16/FP8\n"
     "                 every tensor-core variant (F16: 'hand', the decode kernel at any M); 'pick' marks\n"
     "                 what the model runs at that M.\n"
     "  --variants LIST GPU, NVFP4: time only these variants (names as listed, e.g. mma_cl12x2,mma_ck8x2e); the\n"
@@ -319,6 +320,7 @@ static qrt_status make_weights(const tilebench *b, const tb_shape *s, qrt_wforma
 #define TB_BLAS_MIN_M 33 /* QRT_GRAPH_MAX_T + 1: the path never runs below */
 #define TB_PF_HILO (-4)  /* NVFP4 prefill kernel mma_pf, x as f16 hi + lo (QRT_FP4_PREFILL=1) */
 #define TB_PF_F16 (-5)   /* the same, x as f16 (QRT_FP4_PREFILL=2) */
+#define TB_PF3 (-6)      /* the same arithmetic in 128-token blocks, pipelined (QRT_FP4_PREFILL=3) */
 #define TB_PF_MIN_M 17   /* timed from here, past mma_gemm's first 16-token pass (the model runs it from 33) */
 
 /* A kernel: an NVFP4 or BF16/FP8 tensor-core variant of the CUDA backend (>= 0, by the weight's format), or one of the
@@ -351,8 +353,8 @@ static void launch(void *p) {
         qrt_cuda_matmul_hand(l->w, l->x, l->T, l->y);
         return;
     }
-    if (l->variant == TB_PF_HILO || l->variant == TB_PF_F16) {
-        qrt_cuda_matmul_fp4_prefill(l->w, l->x, l->T, l->y, l->variant == TB_PF_HILO ? 1 : 2);
+    if (l->variant == TB_PF_HILO || l->variant == TB_PF_F16 || l->variant == TB_PF3) {
+        qrt_cuda_matmul_fp4_prefill(l->w, l->x, l->T, l->y, l->variant == TB_PF_HILO ? 1 : l->variant == TB_PF_F16 ? 2 : 3);
         return;
     }
 #endif
@@ -454,11 +456,12 @@ static int kernels_of(const tilebench *b, qrt_wformat fmt, int *v) {
     if (b->gpu) {
         int k = 0;
         if (fmt == QRT_WF_NVFP4) {
-            const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS - 3);
+            const int n = QRT_MIN(qrt_nvfp4_variant_count(), TB_MAX_KERNELS - 4);
             for (int i = 0; i < n; i++)
                 if (!b->variants || b->variant_on[i]) v[k++] = i;
             v[k++] = TB_PF_HILO;
             v[k++] = TB_PF_F16;
+            v[k++] = TB_PF3;
         } else if (fmt == QRT_WF_BF16 || fmt == QRT_WF_FP8B) {
             const int n = QRT_MIN(qrt_dense_mma_variant_count(), TB_MAX_KERNELS - 1);
             for (int i = 0; i < n; i++) v[k++] = i;
@@ -476,7 +479,7 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
     const qrt_linear *w = &W->w[0];
     if (b->gpu && qrt_cuda_blas_takes(w->fmt, w->n * w->k, T)) return TB_BLAS;
     const int pf = b->gpu && w->fmt == QRT_WF_NVFP4 ? qrt_cuda_fp4_prefill_at(T) : 0;
-    if (pf) return pf == 1 ? TB_PF_HILO : TB_PF_F16;
+    if (pf) return pf == 1 ? TB_PF_HILO : pf == 2 ? TB_PF_F16 : TB_PF3;
     if (b->gpu && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(w, T);
     if (b->gpu && (w->fmt == QRT_WF_BF16 || w->fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(w->n, T);
     if (b->gpu) return TB_HAND;
@@ -490,7 +493,7 @@ static int kernel_runs(int v, int T, const qrt_linear *w) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0 && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
     if (v == TB_BLAS) return T >= TB_BLAS_MIN_M;
-    if (v == TB_PF_HILO || v == TB_PF_F16) return T >= TB_PF_MIN_M;
+    if (v == TB_PF_HILO || v == TB_PF_F16 || v == TB_PF3) return T >= TB_PF_MIN_M;
 #endif
     (void)T, (void)w;
     return 1;
@@ -504,6 +507,7 @@ static const char *kernel_name(qrt_wformat fmt, int v) {
            : v == TB_HAND    ? "hand"
            : v == TB_PF_HILO ? "fp4pf"
            : v == TB_PF_F16  ? "fp4pf_f16"
+           : v == TB_PF3     ? "fp4pf3"
                              : "matmul";
 }
 

@@ -12,21 +12,26 @@
  *                             shared memory; lane l holds dims l + 32e (E = ceil(Dh/32) ≤ 8); F the KV format. A token
  *                             whose keys are one chunk writes its gated output directly; otherwise the chunk's
  *                             (max, sum, unnormalised output) goes to a scratch slot.
- *   2  attention_merge<E,TC>  one warp per (token, q-head) with more than one chunk: folds the chunks in the order
- *                             0, 1, ... and applies the gate (TC: variant 3's chunks, else variant 1's).
- *   3  attention_tc<Dh,F>     bf16 and fp8 caches at Dh 32/64/128/256, on tensor cores (mma.sync m16n8k16 bf16,
- *                             sm_80+): one block of 4 warps per (64 query rows, kv head[, key chunk]); the rows are
- *                             the G = Hq/Hkv heads of one kv head times the call's tokens, so each 32-key tile of
- *                             the cache is read once for all of them (fp8 at its byte size, widened in shared
- *                             memory). Online softmax in f32; q and p enter the mma as two bf16 terms each (16
- *                             significant bits). Up to QRT_ATTN_SPLIT_MAX_T tokens: split over fixed key chunks
- *                             (fa_chunk_of) and merged by 2; longer calls (prefill): each block runs over all of
- *                             its keys, no T x T buffer, no scratch.
+ *   2  attention_merge<TC>    one block of 32·ceil(Dh/32) threads per (token, q-head) with more than one chunk:
+ *                             thread d folds dim d of the chunks in the order 0, 1, ... and applies the gate (TC:
+ *                             variant 4's chunks, else variant 1's).
+ *   3  attention_tc<Dh,F>     prefill (T > QRT_ATTN_SPLIT_MAX_T) with bf16 and fp8 caches at Dh 32/64/128/256, on
+ *                             tensor cores (mma.sync m16n8k16 bf16, sm_80+): one block of 4 warps per (64 query rows,
+ *                             kv head); the rows are the G = Hq/Hkv heads of one kv head times the call's tokens, so
+ *                             each 32-key tile of the cache is read once for all of them (fp8 at its byte size,
+ *                             widened in shared memory), and each block runs over all of its keys: no T x T buffer,
+ *                             no scratch. Online softmax in f32; q and p enter the mma as two bf16 terms each (16
+ *                             significant bits).
+ *   4  attention_dec<Dh,F>    decode and verify (T ≤ QRT_ATTN_SPLIT_MAX_T), same caches and arithmetic: one block of
+ *                             4 warps per (16 query rows, kv head, key chunk), the chunks fixed key ranges
+ *                             (fa_chunk_of) merged by variant 2; the warps split each 64-key stage 16 keys apiece
+ *                             and fold their partials at the end, so the 6 rows of a decoded token keep all four
+ *                             warps computing.
  * Chunks of variant 1: the token at position p attends to n = p + 1 keys, cut into chunks of att_chunk_keys(n) =
  * max(32, ceil(n / 64)) keys (at most 64 chunks). The cut depends only on n, never on T or on the call's other
  * tokens, so a token's output is bit-identical whether it is computed alone, in a verify batch or in a prefill piece.
- * Variant 3's chunks are fixed key ranges, so a token's chunks depend only on its position too; its prefill path
- * (T > QRT_ATTN_SPLIT_MAX_T) folds the keys in another order and may differ from decode in the last bits.
+ * Variant 4's chunks are fixed key ranges, so a token's chunks depend only on its position too; the prefill (variant
+ * 3) folds the keys in another order and may differ from decode in the last bits.
  * Recorded into a CUDA graph, all the kernels read the position from the step slot (backend.cu) instead of
  * their pos0 argument, and the chunk grid is sized for the session's longest context, so one graph serves every
  * position with the same bits. */
@@ -41,7 +46,7 @@ extern "C" {
 #define ATT_MAX_CHUNKS 64
 #define ATT_SLICE 16      /* tokens per chunk + merge launch pair: bounds the scratch */
 #define ATT_AHEAD 4       /* keys a warp of attention_chunk has in flight */
-#define ATT_MERGE_BATCH 8 /* chunk outputs attention_merge loads at once */
+#define ATT_MERGE_BATCH 24 /* chunk outputs a thread of attention_merge loads at once */
 
 __host__ __device__ static inline int att_chunk_keys(int n) {
     const int k = (n + ATT_MAX_CHUNKS - 1) / ATT_MAX_CHUNKS;
@@ -96,12 +101,12 @@ __host__ __device__ static inline void fa_chunk_keys(int c, int *j0, int *j1) {
 }
 
 
-/* tokens per split launch of variant 3: bounds the scratch; a 27B verify of K + 1 ≤ 8 tokens is one launch */
+/* tokens per split launch of variant 4: bounds the scratch; a 27B verify of K + 1 ≤ 8 tokens is one launch */
 #define FA_SLICE 8
 
 /* Scratch layout for `slice` tokens (tl = token within the slice) of up to maxc chunks each: the chunk outputs
  * [slice][Hq][maxc][Dh], then each chunk's (max, sum) [slice][Hq][maxc][2]. Variant 1 uses (ATT_SLICE,
- * ATT_MAX_CHUNKS), variant 3 (FA_SLICE, FA_MAX_CHUNKS). */
+ * ATT_MAX_CHUNKS), variant 4 (FA_SLICE, FA_MAX_CHUNKS). */
 __device__ static inline size_t att_o_at(int tl, int h, int c, int Hq, int Dh, int maxc) {
     return (((size_t)tl * Hq + h) * maxc + c) * Dh;
 }
@@ -298,92 +303,84 @@ __global__ void __launch_bounds__(128) attention_chunk(const float *qg /* [T][Hq
     }
 }
 
-/* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order; TC: variant 3's chunks and scratch
- * layout, else variant 1's. */
-template <int E, int TC>
-__global__ void __launch_bounds__(32) attention_merge(const float *qg /* [T][Hq][2·Dh] */, const int *pos_dev, int pos0,
-                                                      int t0, int Hq, int Dh, float *out /* [T][Hq][Dh] */,
-                                                      const float *part /* scratch, att_o_at / att_ml_at */) {
+/* Block (h, tl): the chunks of token t0 + tl, q-head h, folded in chunk order; TC: variant 4's chunks and scratch
+ * layout, else variant 1's. Thread d < Dh folds dim d. A warp per (token, head) waited out a round trip per 8 chunks
+ * (24 us per call at 32768 keys, 72 chunks); here a thread has ATT_MERGE_BATCH loads in flight and a block's
+ * loads of one chunk are one coalesced row. The chunk weights are made once, in shared memory. */
+template <int TC>
+__global__ void __launch_bounds__(ATT_MAX_DH) attention_merge(const float *qg /* [T][Hq][2·Dh] */, const int *pos_dev,
+                                                             int pos0, int t0, int Hq, int Dh,
+                                                             float *out /* [T][Hq][Dh] */,
+                                                             const float *part /* scratch, att_o_at / att_ml_at */) {
     constexpr int MAXC = TC ? FA_MAX_CHUNKS : ATT_MAX_CHUNKS, SLICE = TC ? FA_SLICE : ATT_SLICE;
-    constexpr int R = (MAXC + 31) / 32; /* chunks per lane */
+    constexpr int R = (MAXC + 31) / 32; /* chunks per lane of warp 0 */
+    __shared__ float fs[MAXC], ls[MAXC]; /* chunk c's weight exp(m_c - M) and sum */
     pdl_start();
-    const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, lane = threadIdx.x;
+    const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl, d = threadIdx.x;
     const int n = (pos_dev ? *pos_dev : pos0) + t + 1, nch = TC ? fa_chunks(n) : att_chunks(n);
     if (nch == 1) return; /* the chunk kernel wrote it */
-    /* Every load issued before it is needed (a loop over the chunks waited out a round trip per chunk, twice). Lane
-     * l holds chunk l + 32r's (max, sum); the sums and outputs are still folded in chunk order, so the bits are the
-     * loop's. */
-    const float *gate = qg + ((size_t)t * Hq + h) * 2 * Dh + Dh;
-    float gv[E];
+    if (d < 32) {
+        float mc[R], M = -INFINITY;
 #pragma unroll
-    for (int e = 0; e < E; e++) gv[e] = lane + 32 * e < Dh ? gate[lane + 32 * e] : 0.0f;
-    float mc[R], lc[R], M = -INFINITY;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int c = lane + 32 * r;
-        const float *ml = part + att_ml_at(tl, h, c < nch ? c : 0, Hq, Dh, MAXC, SLICE);
-        mc[r] = c < nch ? ml[0] : -INFINITY;
-        lc[r] = c < nch ? ml[1] : 0.0f;
-        M = fmaxf(M, mc[r]);
-    }
-    M = warp_max(M);
-    float fc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) fc[r] = expf(mc[r] - M);
-    float L = 0.0f, acc[E];
-#pragma unroll
-    for (int e = 0; e < E; e++) acc[e] = 0.0f;
-    for (int c0 = 0; c0 < nch; c0 += ATT_MERGE_BATCH) {
-        float po[ATT_MERGE_BATCH][E];
-#pragma unroll
-        for (int b = 0; b < ATT_MERGE_BATCH; b++) {
-            const float *pc = part + att_o_at(tl, h, c0 + b < nch ? c0 + b : 0, Hq, Dh, MAXC);
-#pragma unroll
-            for (int e = 0; e < E; e++) po[b][e] = c0 + b < nch && lane + 32 * e < Dh ? pc[lane + 32 * e] : 0.0f;
+        for (int r = 0; r < R; r++) {
+            const int c = d + 32 * r;
+            mc[r] = c < nch ? part[att_ml_at(tl, h, c, Hq, Dh, MAXC, SLICE)] : -INFINITY;
+            M = fmaxf(M, mc[r]);
         }
+        M = warp_max(M);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int c = d + 32 * r;
+            if (c < nch) fs[c] = expf(mc[r] - M), ls[c] = part[att_ml_at(tl, h, c, Hq, Dh, MAXC, SLICE) + 1];
+        }
+    }
+    __syncthreads();
+    if (d >= Dh) return;
+    float L = 0.0f, acc = 0.0f;
+    for (int c0 = 0; c0 < nch; c0 += ATT_MERGE_BATCH) {
+        float po[ATT_MERGE_BATCH];
+#pragma unroll
+        for (int b = 0; b < ATT_MERGE_BATCH; b++)
+            po[b] = c0 + b < nch ? part[att_o_at(tl, h, c0 + b, Hq, Dh, MAXC) + d] : 0.0f;
 #pragma unroll
         for (int b = 0; b < ATT_MERGE_BATCH; b++) {
             const int c = c0 + b;
             if (c >= nch) break;
-            float fsel = fc[0], lsel = lc[0]; /* lane c % 32's values of chunk c: r = c / 32, chosen without indexing */
-#pragma unroll
-            for (int r = 1; r < R; r++)
-                if (c >> 5 == r) fsel = fc[r], lsel = lc[r];
-            const float f = __shfl_sync(0xffffffffu, fsel, c & 31);
-            const float lsum = __shfl_sync(0xffffffffu, lsel, c & 31);
-            L += lsum * f;
-#pragma unroll
-            for (int e = 0; e < E; e++)
-                if (lane + 32 * e < Dh) acc[e] += po[b][e] * f;
+            L += ls[c] * fs[c];
+            acc += po[b] * fs[c];
         }
     }
-    float *dst = out + ((size_t)t * Hq + h) * Dh;
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        const int d = lane + 32 * e;
-        if (d < Dh) dst[d] = acc[e] / L * sigmoid_f(gv[e]);
-    }
+    const float gate = qg[((size_t)t * Hq + h) * 2 * Dh + Dh + d];
+    out[((size_t)t * Hq + h) * Dh + d] = acc / L * sigmoid_f(gate);
 }
 
 /* ---- tensor-core attention (bf16 and fp8 caches) ------------------------------------------------------- */
 
-#define FA_ROWS 64  /* query rows per block, 16 per warp; row r of a KV group is token r / G, head g·G + r % G */
-#define FA_KT 32    /* keys per tile */
+#define FA_ROWS 64  /* prefill (attention_tc): query rows per block, 16 per warp; row r of a KV group is token r / G,
+                       * head g·G + r % G */
+#define FA_KT 32    /* prefill: keys per tile */
+#define FD_KT 16    /* decode (attention_dec): keys per warp and stage; a block's 16 rows, its 4 warps on 4 key runs */
+#define FD_WARPS 4
 #define FA_STAGES 3 /* tiles in shared memory: the one in use and two in flight */
 
-/* Shared memory: the block's queries as two bf16 terms (hi + lo, 16 significant bits), then per stage the key and
- * value tiles; fp8 adds the raw tiles' scales and one widened bf16 tile pair. Rows are Dh + 8 elements apart: the
- * 16 bytes of padding shift consecutive rows by 4 banks, so ldmatrix's 8 row addresses hit distinct banks. */
-template <int DH> struct fa_layout {
-    static constexpr int P = DH + 8;                                    /* bf16 row pitch */
-    static constexpr size_t q = 0;                                      /* [2][FA_ROWS][P] bf16: hi, lo */
-    static constexpr size_t tiles = q + 2 * FA_ROWS * P * 2;                    /* bf16: [stage][k|v][FA_KT][P] */
-    static constexpr size_t bf16_bytes = tiles + FA_STAGES * 2 * FA_KT * P * 2; /* the bf16 cache's total */
-    static constexpr size_t raw = tiles;                                 /* fp8: [stage][k|v][FA_KT][DH] bytes */
-    static constexpr size_t scales = raw + FA_STAGES * 2 * FA_KT * DH;   /* fp8: [stage][k|v][FA_KT] f32 */
-    static constexpr size_t wide = scales + FA_STAGES * 2 * FA_KT * 4;   /* fp8: [k|v][FA_KT][P] bf16 */
-    static constexpr size_t fp8_bytes = wide + 2 * FA_KT * P * 2;
+/* Shared memory of a block of ROWS query rows reading KEYS keys per stage: the queries as two bf16 terms (hi + lo, 16
+ * significant bits), then per stage the key and value tiles; fp8 adds the raw tiles' scales and one widened bf16 tile
+ * pair. Rows are Dh + 8 elements apart: the 16 bytes of padding shift consecutive rows by 4 banks, so ldmatrix's 8
+ * row addresses hit distinct banks. */
+template <int DH, int ROWS, int KEYS> struct fa_layout {
+    static constexpr int P = DH + 8;                                   /* bf16 row pitch */
+    static constexpr size_t q = 0;                                     /* [2][ROWS][P] bf16: hi, lo */
+    static constexpr size_t tiles = q + 2 * ROWS * P * 2;                     /* bf16: [stage][k|v][KEYS][P] */
+    static constexpr size_t bf16_bytes = tiles + FA_STAGES * 2 * KEYS * P * 2; /* the bf16 cache's total */
+    static constexpr size_t raw = tiles;                                /* fp8: [stage][k|v][KEYS][DH] bytes */
+    static constexpr size_t scales = raw + FA_STAGES * 2 * KEYS * DH;   /* fp8: [stage][k|v][KEYS] f32 */
+    static constexpr size_t wide = scales + FA_STAGES * 2 * KEYS * 4;   /* fp8: [k|v][KEYS][P] bf16 */
+    static constexpr size_t fp8_bytes = wide + 2 * KEYS * P * 2;
+    static constexpr size_t bytes(int F) { return F == QRT_KV_BF16 ? bf16_bytes : fp8_bytes; }
 };
+static_assert(fa_layout<256, 16, FD_KT * FD_WARPS>::bf16_bytes <= 227 * 1024 &&
+                  fa_layout<256, FA_ROWS, FA_KT>::bf16_bytes <= 227 * 1024,
+              "a block's shared memory at Dh 256 (an sm_90 block has at most 227 KiB)");
 
 /* 16 (or 4) bytes from global to shared without registers; ok = 0 writes zeros and reads nothing. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
@@ -413,67 +410,49 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t four) {
     return make_uint2(bf16x2_bits(__floats2bfloat162_rn(a.x, a.y)), bf16x2_bits(__floats2bfloat162_rn(b.x, b.y)));
 }
 
-/* Block (row tile, kv head g, chunk c): rows of tokens t0.. (Ts of them) against keys [j0, j1). split = 1: the keys
- * of chunk c (grid.z spans the chunks); a row whose token has one chunk is written gated, the others leave (max, sum,
- * unnormalised output) in the scratch for attention_merge. split = 0: every key up to the block's last token (grid.z =
- * 1), written gated. Per 32-key tile, each warp: S = Q·Kᵀ (q as hi + lo, so two mma per step), the online softmax
- * over its rows in f32, O += P·V (p as hi + lo). A row's arithmetic depends only on its own query, its position and
- * the keys, in key order: a key past the row's position enters as p = 0 (the tile's max and the rescale skip it, and
- * a zero product leaves the accumulator's bits), so the row gets the same bits whichever rows share its block. */
-template <int DH, int F>
-__global__ void __launch_bounds__(128, 1)
-    attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int t0, int Ts, int Hq,
-                 int Hkv, int split, float *out /* [T][Hq][Dh] */, float *part /* scratch, att_o_at / att_ml_at */) {
-    using L = fa_layout<DH>;
-    constexpr int P = L::P;
-    pdl_start();
-    extern __shared__ __align__(16) uint8_t fa_sm[];
-    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::q);
-    const int G = Hq / Hkv, g = blockIdx.y, rows = Ts * G, c = blockIdx.z;
-    const int tile = split ? blockIdx.x : gridDim.x - 1 - blockIdx.x; /* no split: the rows with most keys first */
-    const int r0 = tile * FA_ROWS, pos = (pos_dev ? *pos_dev : pos0) + t0; /* pos: token t0's position */
-    const int kend = pos + (min(rows, r0 + FA_ROWS) - 1) / G + 1;         /* keys the block's last token sees */
-    int j0 = 0, j1 = kend;
-    if (split) {
-        if (c >= fa_chunks(kend)) return; /* the whole block */
-        fa_chunk_keys(c, &j0, &j1);
-        j1 = min(j1, kend);
+/* Keys jt .. jt + KEYS - 1 (those at or past j1 read nothing and are zeros) of kv head g into one stage at st (the
+ * stage's bf16 tiles [k|v][KEYS][P], or the fp8 codes [k|v][KEYS][DH] and their scales at sc [k|v][KEYS]), one
+ * commit group; the block's 128 threads each issue their share. */
+template <int DH, int F, int KEYS>
+__device__ __forceinline__ void fa_issue(uint8_t *st, float *sc, const qrt_kv &kv, int g, int Hkv, int jt, int j1) {
+    constexpr int P = DH + 8;
+    constexpr int EB = F == QRT_KV_BF16 ? 2 : 1, CH = DH * EB / 16; /* element bytes, 16-byte pieces per row */
+    constexpr int DP = F == QRT_KV_BF16 ? 2 * P : DH;                 /* the stage's row pitch in bytes */
+    for (int e = threadIdx.x; e < KEYS * CH; e += blockDim.x) {
+        const int kr = e / CH, ch = e % CH, j = jt + kr;
+        const bool ok = j < j1;
+        const size_t at = ((size_t)(ok ? j : 0) * Hkv + g) * DH * EB + ch * 16;
+        cp_async16(st + kr * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.k) + at, ok);
+        cp_async16(st + (KEYS + kr) * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.v) + at, ok);
     }
-    const int ntiles = (j1 - j0 + FA_KT - 1) / FA_KT;
-
-    /* Tile i's keys and values into stage i % FA_STAGES, one commit group (empty past the last tile); keys at or
-     * past j1 read nothing and are zeros. */
-    auto issue = [&](int i) {
-        const int jt = j0 + i * FA_KT, st = i % FA_STAGES;
-        if (i >= ntiles) {
-            cp_async_commit();
-            return;
-        }
-        constexpr int EB = F == QRT_KV_BF16 ? 2 : 1, CH = DH * EB / 16; /* element bytes, 16-byte pieces per row */
-        constexpr int DP = F == QRT_KV_BF16 ? 2 * P : DH;                 /* the stage's row pitch in bytes */
-        uint8_t *dst = fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * FA_KT * DP;
-        for (int e = threadIdx.x; e < FA_KT * CH; e += blockDim.x) {
-            const int kr = e / CH, ch = e % CH, j = jt + kr;
+    if (F == QRT_KV_FP8)
+        for (int e = threadIdx.x; e < 2 * KEYS; e += blockDim.x) {
+            const int kr = e % KEYS, j = jt + kr;
             const bool ok = j < j1;
-            const size_t at = ((size_t)(ok ? j : 0) * Hkv + g) * DH * EB + ch * 16;
-            cp_async16(dst + kr * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.k) + at, ok);
-            cp_async16(dst + (FA_KT + kr) * DP + ch * 16, reinterpret_cast<const uint8_t *>(kv.v) + at, ok);
+            cp_async4(sc + e, (e < KEYS ? kv.ks : kv.vs) + (size_t)(ok ? j : 0) * Hkv + g, ok);
         }
-        if (F == QRT_KV_FP8) {
-            float *sc = reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * FA_KT;
-            if (threadIdx.x < 2 * FA_KT) {
-                const int kr = threadIdx.x % FA_KT, j = jt + kr;
-                const bool ok = j < j1;
-                const float *src = threadIdx.x < FA_KT ? kv.ks : kv.vs;
-                cp_async4(sc + threadIdx.x, src + (size_t)(ok ? j : 0) * Hkv + g, ok);
-            }
-        }
-        cp_async_commit();
-    };
-    for (int i = 0; i < FA_STAGES - 1; i++) issue(i);
+    cp_async_commit();
+}
 
-    /* the queries, as hi + lo; rows past the call's are zeros */
-    for (int e = threadIdx.x; e < FA_ROWS * DH / 2; e += blockDim.x) {
+/* An fp8 stage's codes [k|v][KEYS][DH] widened to bf16 [k|v][KEYS][P] by the block (the scales are applied to the
+ * products). */
+template <int DH, int KEYS>
+__device__ __forceinline__ void fa_widen(const uint8_t *raw, __nv_bfloat16 *wide) {
+    constexpr int P = DH + 8;
+    for (int e = threadIdx.x; e < 2 * KEYS * DH / 4; e += blockDim.x) {
+        const int kr = e / (DH / 4), d = 4 * (e % (DH / 4));
+        *reinterpret_cast<uint2 *>(wide + kr * P + d) =
+            e4m3x4_to_bf16x4(*reinterpret_cast<const uint32_t *>(raw + kr * DH + d));
+    }
+}
+
+/* The block's queries (rows r0 .. r0 + ROWS - 1 of kv head g's Ts·G; rows past them are zeros) into shared memory as
+ * hi + lo: qs [2][ROWS][P]. */
+template <int DH, int ROWS>
+__device__ __forceinline__ void fa_load_q(const float *qg, __nv_bfloat16 *qs, int r0, int rows, int t0, int G, int g,
+                                          int Hq) {
+    constexpr int P = DH + 8;
+    for (int e = threadIdx.x; e < ROWS * DH / 2; e += blockDim.x) {
         const int r = e / (DH / 2), d = 2 * (e % (DH / 2)), rr = r0 + r;
         float2 x = make_float2(0.0f, 0.0f);
         if (rr < rows)
@@ -481,119 +460,157 @@ __global__ void __launch_bounds__(128, 1)
         uint32_t hi, lo;
         split_bf16x2(x.x, x.y, hi, lo);
         *reinterpret_cast<uint32_t *>(qs + r * P + d) = hi;
-        *reinterpret_cast<uint32_t *>(qs + (FA_ROWS + r) * P + d) = lo;
+        *reinterpret_cast<uint32_t *>(qs + (ROWS + r) * P + d) = lo;
     }
+}
+
+/* One warp's online-softmax step over NK (16 or 32) keys jt .. jt + NK - 1 for its 16 rows: S = Q·Kᵀ (q as hi + lo,
+ * so two mma per step), the softmax update in f32, O += P·V (p as hi + lo); TWO false: q and p as hi alone (one bf16
+ * term, 8 significant bits, as the bf16 cache's k and v: half the mma). qw: this lane's ldmatrix address in q's
+ * hi rows, the lo rows qlo elements on; kt, vt: the keys and values [NK][P] bf16; ksc, vsc: fp8 scales (else
+ * unused); rpos: positions of this lane's rows lane/4 and lane/4 + 8 (-1: none). A key past a row's position enters
+ * as p = 0 (the tile's max and the rescale skip it, and a zero product leaves the accumulator's bits), so a row's
+ * bits depend only on its own query, its position and the keys, in key order. */
+template <int DH, int F, int NK, bool TWO = true>
+__device__ __forceinline__ void fa_step(const __nv_bfloat16 *qw, int qlo, const __nv_bfloat16 *kt,
+                                        const __nv_bfloat16 *vt, const float *ksc, const float *vsc, int jt,
+                                        const int (&rpos)[2], float (&o)[DH / 8][4], float (&m)[2], float (&l)[2]) {
+    constexpr int P = DH + 8, NT = NK / 8; /* n-tiles of 8 keys */
+    const int lane = threadIdx.x & 31, quad = lane & 3;
+    const float scale = 1.0f / sqrtf((float)DH);
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < DH / 16; kk++) {
+        uint32_t ah[4], al[4];
+        ldsm_x4(ah, qw + kk * 16);
+        if (TWO) ldsm_x4(al, qw + qlo + kk * 16);
+#pragma unroll
+        for (int np = 0; np < NK / 16; np++) {
+            uint32_t b[4];
+            ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
+            if (TWO) mma_bf16_16816(s[2 * np], al, b[0], b[1]);
+            mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
+            if (TWO) mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
+        }
+    }
+    /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
+    float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int kr = 8 * n + 2 * quad + (e & 1);
+            float x = s[n][e] * scale;
+            if (F == QRT_KV_FP8) x = s[n][e] * ksc[kr] * scale;
+            x = jt + kr <= rpos[e >> 1] ? x : -INFINITY;
+            s[n][e] = x;
+            mt[e >> 1] = fmaxf(mt[e >> 1], x);
+        }
+    float corr[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
+        mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+        const float mn = fmaxf(m[h], mt[h]);
+        corr[h] = mn == -INFINITY ? 1.0f : expf(m[h] - mn); /* no key yet: nothing to rescale */
+        m[h] = mn;
+        l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[e >> 1]);
+            l[e >> 1] += p;
+            s[n][e] = F == QRT_KV_FP8 ? p * vsc[8 * n + 2 * quad + (e & 1)] : p;
+        }
+#pragma unroll
+    for (int n = 0; n < DH / 8; n++)
+        o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+    /* O += P·V: P's accumulator layout is the A operand's, two n-tiles of 8 keys per 16-key step */
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) {
+        uint32_t ph[4], pl[4];
+        split_bf16x2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        split_bf16x2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        const __nv_bfloat16 *vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
+#pragma unroll
+        for (int nd = 0; nd < DH / 16; nd++) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, vrow + nd * 16);
+            mma_bf16_16816(o[2 * nd], ph, b[0], b[1]);
+            if (TWO) mma_bf16_16816(o[2 * nd], pl, b[0], b[1]);
+            mma_bf16_16816(o[2 * nd + 1], ph, b[2], b[3]);
+            if (TWO) mma_bf16_16816(o[2 * nd + 1], pl, b[2], b[3]);
+        }
+    }
+}
+
+/* Positions of this lane's rows lane/4 and lane/4 + 8 of the 16 from wr0 (-1: past the call's rows, no key visible) */
+__device__ __forceinline__ void fa_row_pos(int (&rpos)[2], int wr0, int rows, int pos, int G) {
+    for (int h = 0; h < 2; h++) {
+        const int rr = wr0 + ((threadIdx.x & 31) >> 2) + 8 * h;
+        rpos[h] = rr < rows ? pos + rr / G : -1;
+    }
+}
+
+/* Prefill (T > QRT_ATTN_SPLIT_MAX_T). Block (row tile, kv head g): 64 rows of tokens 0 .. T - 1, one tile of 16 per
+ * warp, against every key up to the block's last token in 32-key tiles, written gated: no scratch, no merge. The
+ * tiles with the most keys go first. TWO: q and p as hi + lo (fa_step), else one bf16 term each. */
+template <int DH, int F, bool TWO>
+__global__ void __launch_bounds__(128, 1)
+    attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int T, int Hq,
+                 int Hkv, float *out /* [T][Hq][Dh] */) {
+    using L = fa_layout<DH, FA_ROWS, FA_KT>;
+    constexpr int P = L::P, DP = F == QRT_KV_BF16 ? 2 * P : DH; /* the stage's row pitch in bytes */
+    pdl_start();
+    extern __shared__ __align__(16) uint8_t fa_sm[];
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::q);
+    const int G = Hq / Hkv, g = blockIdx.y, rows = T * G, pos = pos_dev ? *pos_dev : pos0;
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
+    const int kend = pos + (min(rows, r0 + FA_ROWS) - 1) / G + 1; /* keys the block's last token sees */
+    const int ntiles = (kend + FA_KT - 1) / FA_KT;
+    auto issue = [&](int i) {
+        if (i >= ntiles) return cp_async_commit();
+        const int st = i % FA_STAGES;
+        fa_issue<DH, F, FA_KT>(fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * FA_KT * DP,
+                               reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * FA_KT, kv, g, Hkv, i * FA_KT,
+                               kend);
+    };
+    for (int i = 0; i < FA_STAGES - 1; i++) issue(i);
+    fa_load_q<DH, FA_ROWS>(qg, qs, r0, rows, 0, G, g, Hq);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3;
-    const int wr0 = r0 + warp * 16;                     /* the warp's first row */
-    const bool active = wr0 < rows;                     /* uniform over the warp */
-    int rpos[2];                                        /* positions of this lane's rows lane/4 and lane/4 + 8 */
-    for (int h = 0; h < 2; h++) {
-        const int rr = wr0 + (lane >> 2) + 8 * h;
-        rpos[h] = rr < rows ? pos + rr / G : -1; /* -1: no key is visible */
-    }
-    const float scale = 1.0f / sqrtf((float)DH);
+    const int wr0 = r0 + warp * 16;  /* the warp's first row */
+    const bool active = wr0 < rows; /* uniform over the warp */
+    int rpos[2];
+    fa_row_pos(rpos, wr0, rows, pos, G);
     float o[DH / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < DH / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const __nv_bfloat16 *qw = qs + (warp * 16 + (lane & 15)) * P + (lane >> 4) * 8;
 
     for (int i = 0; i < ntiles; i++) {
-        const int st = i % FA_STAGES, jt = j0 + i * FA_KT;
+        const int st = i % FA_STAGES;
         issue(i + FA_STAGES - 1); /* into the stage tile i - 1 used */
         cp_async_wait<FA_STAGES - 1>();
         __syncthreads();
-        const __nv_bfloat16 *kt, *vt;
-        const float *ksc = NULL, *vsc = NULL;
-        if (F == QRT_KV_BF16) {
-            kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * FA_KT * P;
-            vt = kt + FA_KT * P;
-        } else { /* widen the stage's codes to bf16 (the scales are applied to the products) */
-            const uint8_t *raw = fa_sm + L::raw + (size_t)st * 2 * FA_KT * DH;
-            __nv_bfloat16 *wide = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::wide);
-            for (int e = threadIdx.x; e < 2 * FA_KT * DH / 4; e += blockDim.x) {
-                const int kr = e / (DH / 4), d = 4 * (e % (DH / 4));
-                *reinterpret_cast<uint2 *>(wide + kr * P + d) =
-                    e4m3x4_to_bf16x4(*reinterpret_cast<const uint32_t *>(raw + kr * DH + d));
-            }
+        const __nv_bfloat16 *kt =
+            reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * FA_KT * P;
+        const float *ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * FA_KT;
+        if (F == QRT_KV_FP8) {
+            kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::wide);
+            fa_widen<DH, FA_KT>(fa_sm + L::raw + (size_t)st * 2 * FA_KT * DH, const_cast<__nv_bfloat16 *>(kt));
             __syncthreads();
-            kt = wide, vt = wide + FA_KT * P;
-            ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * FA_KT, vsc = ksc + FA_KT;
         }
-        if (active) {
-            /* S = Q·Kᵀ: 16 rows × 32 keys, n-tiles of 8 keys */
-            float s[4][4];
-#pragma unroll
-            for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            const __nv_bfloat16 *qw = qs + (warp * 16 + (lane & 15)) * P + (lane >> 4) * 8;
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++) {
-                uint32_t ah[4], al[4];
-                ldsm_x4(ah, qw + kk * 16);
-                ldsm_x4(al, qw + FA_ROWS * P + kk * 16);
-#pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    uint32_t b[4];
-                    ldsm_x4(b, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
-                    mma_bf16_16816(s[2 * np], ah, b[0], b[1]);
-                    mma_bf16_16816(s[2 * np], al, b[0], b[1]);
-                    mma_bf16_16816(s[2 * np + 1], ah, b[2], b[3]);
-                    mma_bf16_16816(s[2 * np + 1], al, b[2], b[3]);
-                }
-            }
-            /* online softmax; element (n, e) is row lane/4 + 8·(e >> 1), key jt + 8n + 2·quad + (e & 1) */
-            float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kr = 8 * n + 2 * quad + (e & 1);
-                    float x = s[n][e] * scale;
-                    if (F == QRT_KV_FP8) x = s[n][e] * ksc[kr] * scale;
-                    x = jt + kr <= rpos[e >> 1] ? x : -INFINITY;
-                    s[n][e] = x;
-                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
-                }
-            float corr[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1));
-                mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
-                const float mn = fmaxf(m[h], mt[h]);
-                corr[h] = mn == -INFINITY ? 1.0f : expf(m[h] - mn); /* no key yet: nothing to rescale */
-                m[h] = mn;
-                l[h] *= corr[h];
-            }
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[e >> 1]);
-                    l[e >> 1] += p;
-                    s[n][e] = F == QRT_KV_FP8 ? p * vsc[8 * n + 2 * quad + (e & 1)] : p;
-                }
-#pragma unroll
-            for (int n = 0; n < DH / 8; n++)
-                o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-            /* O += P·V: P's accumulator layout is the A operand's, two n-tiles of 8 keys per 16-key step */
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
-                uint32_t ph[4], pl[4];
-                split_bf16x2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-                split_bf16x2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-                split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-                split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-                const __nv_bfloat16 *vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
-#pragma unroll
-                for (int nd = 0; nd < DH / 16; nd++) {
-                    uint32_t b[4];
-                    ldsm_x4_trans(b, vrow + nd * 16);
-                    mma_bf16_16816(o[2 * nd], ph, b[0], b[1]);
-                    mma_bf16_16816(o[2 * nd], pl, b[0], b[1]);
-                    mma_bf16_16816(o[2 * nd + 1], ph, b[2], b[3]);
-                    mma_bf16_16816(o[2 * nd + 1], pl, b[2], b[3]);
-                }
-            }
-        }
+        if (active)
+            fa_step<DH, F, FA_KT, TWO>(qw, FA_ROWS * P, kt, kt + FA_KT * P, ksc, ksc + FA_KT, i * FA_KT, rpos, o, m,
+                                       l);
         __syncthreads(); /* its stage is refilled next */
     }
     if (!active) return;
@@ -605,31 +622,126 @@ __global__ void __launch_bounds__(128, 1)
         const int rr = wr0 + (lane >> 2) + 8 * h;
         if (rr >= rows) continue;
         const int t = rr / G, head = g * G + rr % G;
-        const int nch = split ? fa_chunks(rpos[h] + 1) : 1;
+        const float *gate = qg + ((size_t)t * Hq + head) * 2 * DH + DH;
+        float *dst = out + ((size_t)t * Hq + head) * DH;
+#pragma unroll
+        for (int n = 0; n < DH / 8; n++) {
+            const int d = 8 * n + 2 * quad;
+            dst[d] = o[n][2 * h] / sum * sigmoid_f(gate[d]);
+            dst[d + 1] = o[n][2 * h + 1] / sum * sigmoid_f(gate[d + 1]);
+        }
+    }
+}
+
+/* Decode and verify (T ≤ QRT_ATTN_SPLIT_MAX_T). Block (16-row tile, kv head g, chunk c): rows of tokens t0 .. (Ts of
+ * them) against the keys of chunk c (fa_chunk_keys), 64 per stage; warp w takes keys 16w .. 16w + 15 of every stage
+ * with its own online softmax, so all four warps compute where a 64-row block had one real warp in decode (6 rows:
+ * the G query heads of one token). The warps' partials are folded in the order 0..3 through shared memory; a row
+ * whose token has one chunk is written gated, the others leave (max, sum, unnormalised output) in the scratch for
+ * attention_merge. Each row's arithmetic depends only on its query, its position and the keys, so a token gets the
+ * same bits alone or in a verify batch. */
+template <int DH, int F>
+__global__ void __launch_bounds__(128, 1)
+    attention_dec(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int t0, int Ts,
+                  int Hq, int Hkv, float *out /* [T][Hq][Dh] */, float *part /* scratch, att_o_at / att_ml_at */) {
+    constexpr int KEYS = FD_KT * FD_WARPS;
+    using L = fa_layout<DH, 16, KEYS>;
+    constexpr int P = L::P, DP = F == QRT_KV_BF16 ? 2 * P : DH; /* the stage's row pitch in bytes */
+    constexpr int WP = DH + 8; /* the partials' row pitch in floats: a quad's rows 8 banks apart */
+    static_assert(FD_WARPS * 16 * (WP + 2) * 4 <= L::wide - L::tiles, "the warps' partials reuse the stages");
+    pdl_start();
+    extern __shared__ __align__(16) uint8_t fa_sm[];
+    __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::q);
+    const int G = Hq / Hkv, g = blockIdx.y, rows = Ts * G, c = blockIdx.z, r0 = blockIdx.x * 16;
+    const int pos = (pos_dev ? *pos_dev : pos0) + t0;            /* token t0's position */
+    const int kend = pos + (min(rows, r0 + 16) - 1) / G + 1;      /* keys the block's last token sees */
+    if (c >= fa_chunks(kend)) return;
+    int j0, j1;
+    fa_chunk_keys(c, &j0, &j1); /* a multiple of KEYS long: no stage spans two chunks */
+    j1 = min(j1, kend);
+    const int nst = (j1 - j0 + KEYS - 1) / KEYS;
+    auto issue = [&](int i) {
+        if (i >= nst) return cp_async_commit();
+        const int st = i % FA_STAGES;
+        fa_issue<DH, F, KEYS>(fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * KEYS * DP,
+                              reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * KEYS, kv, g, Hkv,
+                              j0 + i * KEYS, j1);
+    };
+    for (int i = 0; i < FA_STAGES - 1; i++) issue(i);
+    fa_load_q<DH, 16>(qg, qs, r0, rows, t0, G, g, Hq);
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3;
+    int rpos[2];
+    fa_row_pos(rpos, r0, rows, pos, G);
+    float o[DH / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < DH / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const __nv_bfloat16 *qw = qs + (lane & 15) * P + (lane >> 4) * 8;
+
+    for (int i = 0; i < nst; i++) {
+        const int st = i % FA_STAGES;
+        issue(i + FA_STAGES - 1); /* into the stage stage i - 1 used */
+        cp_async_wait<FA_STAGES - 1>();
+        __syncthreads();
+        const __nv_bfloat16 *kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * KEYS * P;
+        const float *ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * KEYS;
+        if (F == QRT_KV_FP8) {
+            kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::wide);
+            fa_widen<DH, KEYS>(fa_sm + L::raw + (size_t)st * 2 * KEYS * DH, const_cast<__nv_bfloat16 *>(kt));
+            __syncthreads();
+        }
+        const int w0 = warp * FD_KT; /* the warp's first key in the stage */
+        fa_step<DH, F, FD_KT>(qw, 16 * P, kt + w0 * P, kt + (KEYS + w0) * P, ksc + w0, ksc + KEYS + w0,
+                              j0 + i * KEYS + w0, rpos, o, m, l);
+        __syncthreads(); /* its stage is refilled next */
+    }
+
+    /* the warps' partials into the stages' memory: wo [FD_WARPS][16][WP], wml [FD_WARPS][16] (max, sum) */
+    cp_async_wait<0>();
+    __syncthreads();
+    float *wo = reinterpret_cast<float *>(fa_sm + L::tiles), *wml = wo + FD_WARPS * 16 * WP;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* the 4 lanes of a row add the same pairs: the same bits */
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = (lane >> 2) + 8 * h;
+        float *wr = wo + (warp * 16 + r) * WP;
+#pragma unroll
+        for (int n = 0; n < DH / 8; n++)
+            *reinterpret_cast<float2 *>(wr + 8 * n + 2 * quad) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        if (quad == 0) wml[(warp * 16 + r) * 2] = m[h], wml[(warp * 16 + r) * 2 + 1] = sum;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < 16 * DH; e += blockDim.x) {
+        const int r = e / DH, d = e % DH, rr = r0 + r;
+        if (rr >= rows) break; /* e grows with r */
+        const int t = rr / G, head = g * G + rr % G, nch = fa_chunks(pos + rr / G + 1);
         if (c >= nch) continue; /* this token's keys end before the chunk */
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < FD_WARPS; w++) M = fmaxf(M, wml[(w * 16 + r) * 2]);
+        float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FD_WARPS; w++) { /* a warp that saw no key of the row has max -inf: weight 0 */
+            const float f = expf(wml[(w * 16 + r) * 2] - M);
+            sum += wml[(w * 16 + r) * 2 + 1] * f;
+            acc += wo[(w * 16 + r) * WP + d] * f;
+        }
         if (nch == 1) {
-            const float *gate = qg + ((size_t)(t0 + t) * Hq + head) * 2 * DH + DH;
-            float *dst = out + ((size_t)(t0 + t) * Hq + head) * DH;
-#pragma unroll
-            for (int n = 0; n < DH / 8; n++) {
-                const int d = 8 * n + 2 * quad;
-                dst[d] = o[n][2 * h] / sum * sigmoid_f(gate[d]);
-                dst[d + 1] = o[n][2 * h + 1] / sum * sigmoid_f(gate[d + 1]);
-            }
+            const float gate = qg[((size_t)(t0 + t) * Hq + head) * 2 * DH + DH + d];
+            out[((size_t)(t0 + t) * Hq + head) * DH + d] = acc / sum * sigmoid_f(gate);
         } else {
-            float *po = part + att_o_at(t, head, c, Hq, DH, FA_MAX_CHUNKS);
-#pragma unroll
-            for (int n = 0; n < DH / 8; n++)
-                *reinterpret_cast<float2 *>(po + 8 * n + 2 * quad) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
-            if (quad == 0) {
+            part[att_o_at(t, head, c, Hq, DH, FA_MAX_CHUNKS) + d] = acc;
+            if (d == 0) {
                 float *ml = part + att_ml_at(t, head, c, Hq, DH, FA_MAX_CHUNKS, FA_SLICE);
-                ml[0] = m[h], ml[1] = sum;
+                ml[0] = M, ml[1] = sum;
             }
         }
     }
 }
 
-/* The chunk scratch, for the slices of variants 1 and 3 at the largest Hq·Dh seen. It is made at the first
+/* The chunk scratch, for the slices of variants 1 and 4 at the largest Hq·Dh seen. It is made at the first
  * attention call, which is a prefill's (the first forward of a session), so the decode loop allocates nothing; a
  * later model with larger heads replaces it (cudaFree waits for the kernels that use the old one; graphs recorded
  * with the old one are retired by the epoch). */
@@ -665,19 +777,34 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
         const int Ts = QRT_MIN(ATT_SLICE, T - t0);
         const dim3 grid(Hq, Ts, pd ? att_chunks_bound(max_pos) : att_chunks_max(pos0, t0, Ts));
         QRT_LAUNCH(attention_chunk<E, F>, grid, 128, 0, qg, *kv, pd, pos0, t0, Hq, Hkv, Dh, out, part);
-        QRT_LAUNCH((attention_merge<E, 0>), dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, Dh, out, part);
+        QRT_LAUNCH((attention_merge<0>), dim3(Hq, Ts), 32 * QRT_CEIL_DIV(Dh, 32), 0, qg, pd, pos0, t0, Hq, Dh, out,
+                   part);
     }
 }
 
-/* Variant 3. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify) split over the chunks of fa_chunk_of, in slices of
- * FA_SLICE tokens, merged by attention_merge<E, 1>: a token's chunks and their order depend only on its position.
- * Longer calls (prefill pieces) run each row tile over all its keys in one block: no scratch, no merge. Recorded, the
- * split grid covers the chunks of every position below max_pos, as in variant 1. */
+/* QRT_ATTN_PREFILL_BF16=1: the prefill kernel takes q and p as one bf16 term each instead of hi + lo (half its mma;
+ * the error of one more bf16 rounding per product, that of the bf16 cache's own k and v). Decode and verify keep
+ * hi + lo. Off by default until measured end to end. Read at every prefill call (a few per layer and piece) so that
+ * one process can run both (tests/test_cuda_ops.c). */
+static bool attention_prefill_bf16(void) {
+    const char *e = getenv("QRT_ATTN_PREFILL_BF16");
+    return e && !strcmp(e, "1");
+}
+
+/* Variants 3 and 4. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify): attention_dec over the chunks of
+ * fa_chunk_of, in slices of FA_SLICE tokens, merged by attention_merge<1>: a token's chunks and their order depend
+ * only on its position. Longer calls (prefill pieces): attention_tc, each row tile over all its keys in one block: no
+ * scratch, no merge. Recorded, the split grid covers the chunks of every position below max_pos, as in variant 1. */
 template <int DH, int F>
 static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
-    constexpr size_t smem = F == QRT_KV_BF16 ? fa_layout<DH>::bf16_bytes : fa_layout<DH>::fp8_bytes;
-    static int asked = 0; /* one per instantiation */
-    if (!smem_allow(attention_tc<DH, F>, smem, &asked)) return false;
+    constexpr size_t smem_tc = fa_layout<DH, FA_ROWS, FA_KT>::bytes(F);
+    constexpr size_t smem_dec = fa_layout<DH, 16, FD_KT * FD_WARPS>::bytes(F);
+    static int asked_tc = 0, asked_tc1 = 0, asked_dec = 0; /* one per instantiation */
+    const bool two = !attention_prefill_bf16();
+    if (!(two ? smem_allow(attention_tc<DH, F, true>, smem_tc, &asked_tc)
+              : smem_allow(attention_tc<DH, F, false>, smem_tc, &asked_tc1)) ||
+        !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
+        return false;
     float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
     int max_pos = 0;
     const int *pd = qrt_cuda_graph_pos(&max_pos);
@@ -689,22 +816,25 @@ static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
     }
     if (T > QRT_ATTN_SPLIT_MAX_T) {
         const dim3 grid(QRT_CEIL_DIV(T * G, FA_ROWS), Hkv, 1);
-        QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, 0, T, Hq, Hkv, 0, out, part);
+        if (two) QRT_LAUNCH((attention_tc<DH, F, true>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
+        else QRT_LAUNCH((attention_tc<DH, F, false>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
         return true;
     }
-    constexpr int E = (DH + 31) / 32;
     for (int t0 = 0; t0 < T; t0 += FA_SLICE) {
         const int Ts = QRT_MIN(FA_SLICE, T - t0), nch = fa_chunks(pd ? max_pos : pos0 + t0 + Ts); /* the last token's */
-        const dim3 grid(QRT_CEIL_DIV(Ts * G, FA_ROWS), Hkv, nch);
-        QRT_LAUNCH((attention_tc<DH, F>), grid, 128, smem, qg, *kv, pd, pos0, t0, Ts, Hq, Hkv, 1, out, part);
-        if (nch > 1) QRT_LAUNCH((attention_merge<E, 1>), dim3(Hq, Ts), 32, 0, qg, pd, pos0, t0, Hq, DH, out, part);
+        const dim3 grid(QRT_CEIL_DIV(Ts * G, 16), Hkv, nch);
+        QRT_LAUNCH((attention_dec<DH, F>), grid, 128, smem_dec, qg, *kv, pd, pos0, t0, Ts, Hq, Hkv, out, part);
+        if (nch > 1)
+            QRT_LAUNCH((attention_merge<1>), dim3(Hq, Ts), 32 * QRT_CEIL_DIV(DH, 32), 0, qg, pd, pos0, t0, Hq, DH, out,
+                       part);
     }
     return true;
 }
 
-/* Variant 3 for a bf16 or fp8 cache and Dh of 32, 64, 128 or 256; 0, launching nothing, when it does not apply (another
- * Dh, or a device whose blocks cannot have its shared memory: the 27B's Dh 256 asks for 165 KiB). The choice depends
- * only on the device and the shape, so decode and verify always take the same variant. */
+/* Variants 3 and 4 for a bf16 or fp8 cache and Dh of 32, 64, 128 or 256; 0, launching nothing, when they do not apply
+ * (another Dh, or a device whose blocks cannot have their shared memory: at the 27B's Dh 256 attention_dec asks for
+ * 215 KiB, attention_tc 165). The choice depends only on the device and the shape, so decode and verify always take
+ * the same variant. */
 template <int F>
 static int attention_tc_fmt(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, int Dh, float *out) {
     if (Dh == 256) return launch_attention_tc<256, F>(qg, kv, T, pos0, Hq, Hkv, out);

@@ -59,15 +59,16 @@ void qrt_cuda_matmul_group_blas(const qrt_linear_group *g, const float *x, int T
 
 /* ---- the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu) ---- */
 /* What QRT_FP4_PREFILL asks for (read once): 0 (unset or 0: matmul, matmul_group and matmul_swiglu keep the
- * autotuned variants), 1 or 2: they run mma_pf on NVFP4 weights above QRT_GRAPH_MAX_T and below the cuBLASLt path's
- * threshold, with x as f16 hi + lo (1) or as f16 alone (2). Any other value: 0, with a message on stderr. */
+ * autotuned variants), 1, 2 or 3: they run mma_pf on NVFP4 weights above QRT_GRAPH_MAX_T and below the cuBLASLt
+ * path's threshold, with x as f16 hi + lo (1) or as f16 alone (2; 3: the same in 128-token blocks, pipelined, where
+ * the device gives its block 112 KB of shared memory, else 2). Any other value: 0, with a message on stderr. */
 int qrt_cuda_fp4_prefill_form(void);
 /* The form an NVFP4 call at T that the cuBLASLt path does not take runs mma_pf in (qrt_cuda_fp4_prefill_form above
  * QRT_GRAPH_MAX_T and below the cuBLASLt threshold, outside a recorded graph), else 0: the autotuned variant. */
 int qrt_cuda_fp4_prefill_at(int T);
-/* y [T][N] = x [T][K] · Wᵀ through mma_pf in form 1 or 2 at any T (an NVFP4 weight, not a pair part). */
+/* y [T][N] = x [T][K] · Wᵀ through mma_pf in form 1, 2 or 3 at any T (an NVFP4 weight, not a pair part). */
 void qrt_cuda_matmul_fp4_prefill(const qrt_linear *W, const float *x, int T, float *y, int form);
-/* matmul_group and matmul_swiglu with their NVFP4 launches through mma_pf in form 1 or 2 at any T (the cuBLASLt path
+/* matmul_group and matmul_swiglu with their NVFP4 launches through mma_pf in form 1, 2 or 3 at any T (the cuBLASLt path
  * still takes a part that is not fused when it would take it alone). */
 void qrt_cuda_matmul_group_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *const *y, int form);
 void qrt_cuda_matmul_swiglu_fp4_prefill(const qrt_linear_group *g, const float *x, int T, float *y, float *up,
