@@ -800,7 +800,7 @@ static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
     constexpr size_t smem_tc = fa_layout<DH, FA_ROWS, FA_KT>::bytes(F);
     constexpr size_t smem_dec = fa_layout<DH, 16, FD_KT * FD_WARPS>::bytes(F);
     static int asked_tc = 0, asked_tc1 = 0, asked_dec = 0; /* one per instantiation */
-    const bool two = !attention_prefill_bf16();
+    const bool two = T <= QRT_ATTN_SPLIT_MAX_T || !attention_prefill_bf16(); /* decode never reads the environment */
     if (!(two ? smem_allow(attention_tc<DH, F, true>, smem_tc, &asked_tc)
               : smem_allow(attention_tc<DH, F, false>, smem_tc, &asked_tc1)) ||
         !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
