@@ -1207,6 +1207,10 @@ int main(int argc, char **argv) {
     test_conv1d(7, 10240, 4, 82);
     test_conv1d(130, 10240, 4, 83);
     test_conv1d(5, 1000, 3, 84);
+    test_conv1d(2, 1000, 4, 85);     /* T < Ck - 1: the new state keeps part of the old */
+    test_conv1d(33, 999, 4, 86);     /* one token past the first segment */
+    test_conv1d(100, 1000, 3, 87);   /* segments of the generic-Ck kernel */
+    test_conv1d(8192, 10240, 4, 88); /* a prefill piece of the 27B shape */
     test_gdn_cases();
     test_attention_cases();
     /* greedy argmax: one decode row and a verify's K+1 = 7 and 17 rows of the 27B vocabulary; odd lengths, more

@@ -73,7 +73,7 @@ typedef struct qrt_backend {
     void (*add_rmsnorm)(float *h /* [rows][n] */, const float *y /* [rows][n] */, const float *w /* [n] */, int rows,
                         int n, float eps, float *x /* [rows][n] */);
     /* Causal depthwise conv over Ck taps then SiLU. state holds the Ck-1 previous raw inputs (oldest first)
-     * and is advanced by the T new ones. */
+     * and is advanced by the T new ones. y is not x (the GPU reads a token's inputs after others' outputs are out). */
     void (*conv1d_silu)(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */, const float *w /* [ch][Ck] */,
                         int T, int ch, int Ck, float *y /* [T][ch] */);
     /* Gated DeltaNet core for T tokens from state S_in, then its output norm. qkv: [T][Hk·Dk | Hk·Dk | Hv·Dv] the conv
