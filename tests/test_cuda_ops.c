@@ -897,13 +897,16 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
      * significant bits: within 5e-5; the f32 path within 1e-5 */
     const int tc = fmt != QRT_KV_F32 && (Dh == 32 || Dh == 64 || Dh == 128 || Dh == 256);
     float *o = check_dev(what, od, NULL, ref, no, tc ? 5e-5 : 1e-5);
-    if (T > QRT_ATTN_SPLIT_MAX_T && tc) { /* the prefill kernel with q and p as one bf16 term each: BLAS_TOL's bound */
+    /* the prefill kernel's other tilings (attention.cu, QRT_ATTN_TC; 2-5 at Dh 256 only, else tiling 0): tiling 2
+     * keeps q and p as two terms, the others take them as one bf16 term each, within BLAS_TOL's bound */
+    for (int n = 1; n <= 5 && T > QRT_ATTN_SPLIT_MAX_T && tc; n++) {
         float *o2d = dev_out(no);
-        setenv("QRT_ATTN_PREFILL_BF16", "1", 1);
+        char tiling[2] = {(char)('0' + n), 0};
+        setenv("QRT_ATTN_TC", tiling, 1);
         gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, o2d);
-        unsetenv("QRT_ATTN_PREFILL_BF16");
-        snprintf(what, sizeof what, "attention %s QRT_ATTN_PREFILL_BF16=1", shape);
-        free(check_dev(what, o2d, NULL, ref, no, BLAS_TOL));
+        unsetenv("QRT_ATTN_TC");
+        snprintf(what, sizeof what, "attention %s QRT_ATTN_TC=%d", shape, n);
+        free(check_dev(what, o2d, NULL, ref, no, n == 2 ? 5e-5 : BLAS_TOL));
         gpu->free(o2d);
     }
     const size_t orow = (size_t)Hq * Dh;
