@@ -15,13 +15,14 @@
  *   2  attention_merge<TC>    one block of 32·ceil(Dh/32) threads per (token, q-head) with more than one chunk:
  *                             thread d folds dim d of the chunks in the order 0, 1, ... and applies the gate (TC:
  *                             variant 4's chunks, else variant 1's).
- *   3  attention_tc<Dh,F>     prefill (T > QRT_ATTN_SPLIT_MAX_T) with bf16 and fp8 caches at Dh 32/64/128/256, on
- *                             tensor cores (mma.sync m16n8k16 bf16, sm_80+): one block of 4 warps per (64 query rows,
- *                             kv head); the rows are the G = Hq/Hkv heads of one kv head times the call's tokens, so
- *                             each 32-key tile of the cache is read once for all of them (fp8 at its byte size,
- *                             widened in shared memory), and each block runs over all of its keys: no T x T buffer,
- *                             no scratch. Online softmax in f32; q and p enter the mma as two bf16 terms each (16
- *                             significant bits).
+ *   3  attention_tc<Dh,F,TL>  prefill (T > QRT_ATTN_SPLIT_MAX_T) with bf16 and fp8 caches at Dh 32/64/128/256, on
+ *                             tensor cores (mma.sync m16n8k16 bf16, sm_80+): one block of a warp per 16 query rows
+ *                             per (row tile, kv head); the rows are the G = Hq/Hkv heads of one kv head times the
+ *                             call's tokens, so each key tile of the cache is read once for all of them (fp8 at its
+ *                             byte size, widened in shared memory), and each block runs over all of its keys: no
+ *                             T x T buffer, no scratch. Online softmax in f32. Two tilings TL (fa_precise, fa_fast):
+ *                             64 rows, 32-key tiles, q and p as two bf16 terms each (16 significant bits); or 128
+ *                             rows, 64-key tiles, one term each, from QRT_CUDA_ATTN_FAST_MIN_T tokens at Dh 256.
  *   4  attention_dec<Dh,F>    decode and verify (T ≤ QRT_ATTN_SPLIT_MAX_T), same caches and arithmetic: one block of
  *                             4 warps per (16 query rows, kv head, key chunk), the chunks fixed key ranges
  *                             (fa_chunk_of) merged by variant 2; the warps split each 64-key stage 16 keys apiece
@@ -787,15 +788,21 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
     }
 }
 
-/* The prefill tilings (fa_tiling: rows, keys per tile, stages, q and p as hi + lo); QRT_ATTN_TC=n picks one (0 unless
- * set; QRT_ATTN_PREFILL_BF16=1 is 1), read at every prefill call (a few per layer and piece) so that one process can
- * run several (tests/test_cuda_ops.c). One bf16 term is half the mma, with the error of one more bf16 rounding per
- * product (that of the bf16 cache's own k and v). Tilings past 0 and 1 are built for Dh 256 only. */
-static int attention_tiling(void) {
-    const char *e = getenv("QRT_ATTN_TC");
-    if (e && *e >= '0' && *e <= '5' && !e[1]) return *e - '0';
-    e = getenv("QRT_ATTN_PREFILL_BF16");
-    return e && !strcmp(e, "1");
+/* The prefill's two tilings. Precise: 64 rows, 32-key tiles, 3 stages, q and p as hi + lo (16 significant bits).
+ * Fast: 128 rows (8 warps), 64-key tiles, 2 stages, q and p as one bf16 term each (the precision of the bf16 cache's
+ * own k and v): each key tile is read once for twice the rows, a barrier pair per 64 keys, half the mma. On an H100,
+ * all-NVFP4 27B, 8192-token prefill: attention 174 -> 94 ms (docs/benchmarks.md). The fast one runs from
+ * QRT_CUDA_ATTN_FAST_MIN_T tokens (shorter prefills spend ~2% of their TTFT here and keep the precise one's bits);
+ * QRT_ATTN_PREFILL_TWO=1 takes the precise one at every length, =0 the fast one (read at every prefill call, a few
+ * per layer and piece, so one process can run both: tests/test_cuda_ops.c). The fast one is built for Dh 256 only
+ * (the one shape measured); where its 203 KiB of shared memory cannot be had, the precise one runs. */
+using fa_precise = fa_tiling<64, 32, 3, true>;
+using fa_fast = fa_tiling<128, 64, 2, false>;
+
+static bool attention_prefill_fast(int T) {
+    const char *e = getenv("QRT_ATTN_PREFILL_TWO");
+    if (e && !strcmp(e, "1")) return false;
+    return T >= QRT_CUDA_ATTN_FAST_MIN_T || (e && !strcmp(e, "0"));
 }
 
 template <int DH, int F, typename TL>
@@ -809,32 +816,17 @@ static bool launch_tc_tiling(const float *qg, const qrt_kv *kv, const int *pd, i
     return true;
 }
 
-/* The prefill launch in tiling n (0 where n is not built for DH or does not fit the device). */
-template <int DH, int F>
-static void launch_prefill(int n, const float *qg, const qrt_kv *kv, const int *pd, int T, int pos0, int Hq, int Hkv,
-                           float *out) {
-    bool done = false;
-    if constexpr (DH == 256) {
-        if (n == 2) done = launch_tc_tiling<DH, F, fa_tiling<64, 64, 2, true>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-        if (n == 3) done = launch_tc_tiling<DH, F, fa_tiling<64, 64, 2, false>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-        if (n == 4) done = launch_tc_tiling<DH, F, fa_tiling<128, 32, 3, false>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-        if (n == 5) done = launch_tc_tiling<DH, F, fa_tiling<128, 64, 2, false>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-    }
-    if (!done && n == 1) done = launch_tc_tiling<DH, F, fa_tiling<64, 32, 3, false>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-    if (!done) launch_tc_tiling<DH, F, fa_tiling<64, 32, 3, true>>(qg, kv, pd, T, pos0, Hq, Hkv, out);
-}
-
 /* Variants 3 and 4. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify): attention_dec over the chunks of
  * fa_chunk_of, in slices of FA_SLICE tokens, merged by attention_merge<1>: a token's chunks and their order depend
  * only on its position. Longer calls (prefill pieces): attention_tc, each row tile over all its keys in one block: no
  * scratch, no merge. Recorded, the split grid covers the chunks of every position below max_pos, as in variant 1. */
 template <int DH, int F>
 static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
-    using Tiling0 = fa_tiling<64, 32, 3, true>;
-    constexpr size_t smem_tc = Tiling0::layout<DH>::bytes(F);
+    constexpr size_t smem_tc = fa_precise::layout<DH>::bytes(F);
     constexpr size_t smem_dec = fa_layout<DH, 16, FD_KT * FD_WARPS>::bytes(F);
     static int asked_dec = 0; /* one per instantiation */
-    /* the variant depends only on the device and the shape: tiling 0 and attention_dec both fit, or neither runs */
+    /* the variant depends only on the device and the shape: the precise tiling and attention_dec both fit, or
+     * neither runs */
     if (smem_tc > (size_t)smem_per_block_optin() || !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
         return false;
     float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
@@ -847,7 +839,10 @@ static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
         abort();
     }
     if (T > QRT_ATTN_SPLIT_MAX_T) { /* decode never reads the environment */
-        launch_prefill<DH, F>(attention_tiling(), qg, kv, pd, T, pos0, Hq, Hkv, out);
+        bool fast = false;
+        if constexpr (DH == 256) /* the measured shape (the Qwen3.5/3.6 models') */
+            fast = attention_prefill_fast(T) && launch_tc_tiling<DH, F, fa_fast>(qg, kv, pd, T, pos0, Hq, Hkv, out);
+        if (!fast) launch_tc_tiling<DH, F, fa_precise>(qg, kv, pd, T, pos0, Hq, Hkv, out);
         return true;
     }
     for (int t0 = 0; t0 < T; t0 += FA_SLICE) {
