@@ -894,23 +894,26 @@ static void test_attention(int fmt, int T, int pos0, int Hq, int Hkv, int Dh, in
     gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, od);
     snprintf(what, sizeof what, "attention %s", shape);
     /* the tensor-core kernel (bf16 and fp8 caches at Dh 32/64/128/256) takes q and p as two bf16 terms each, 16
-     * significant bits: within 5e-5; the f32 path within 1e-5 */
+     * significant bits: within 5e-5; in a prefill of QRT_CUDA_ATTN_FAST_MIN_T tokens or more at Dh 256 as one term
+     * each, within BLAS_TOL's bound; the f32 path within 1e-5 */
     const int tc = fmt != QRT_KV_F32 && (Dh == 32 || Dh == 64 || Dh == 128 || Dh == 256);
-    float *o = check_dev(what, od, NULL, ref, no, tc ? 5e-5 : 1e-5);
-    if (T > QRT_ATTN_SPLIT_MAX_T && tc) { /* the prefill kernel with q and p as one bf16 term each: BLAS_TOL's bound */
+    const int prefill = tc && T > QRT_ATTN_SPLIT_MAX_T;
+    const int one_term = prefill && T >= QRT_CUDA_ATTN_FAST_MIN_T && Dh == 256;
+    float *o = check_dev(what, od, NULL, ref, no, one_term ? BLAS_TOL : tc ? 5e-5 : 1e-5);
+    if (prefill) { /* the other tiling (QRT_ATTN_PREFILL_TWO=1: two terms at every length; 0: one term at Dh 256) */
         float *o2d = dev_out(no);
-        setenv("QRT_ATTN_PREFILL_BF16", "1", 1);
+        setenv("QRT_ATTN_PREFILL_TWO", one_term ? "1" : "0", 1);
         gpu->attention(qgd, &dkv, T, pos0, Hq, Hkv, Dh, o2d);
-        unsetenv("QRT_ATTN_PREFILL_BF16");
-        snprintf(what, sizeof what, "attention %s QRT_ATTN_PREFILL_BF16=1", shape);
-        free(check_dev(what, o2d, NULL, ref, no, BLAS_TOL));
+        unsetenv("QRT_ATTN_PREFILL_TWO");
+        snprintf(what, sizeof what, "attention %s QRT_ATTN_PREFILL_TWO=%d", shape, one_term);
+        free(check_dev(what, o2d, NULL, ref, no, one_term || Dh != 256 ? 5e-5 : BLAS_TOL));
         gpu->free(o2d);
     }
     const size_t orow = (size_t)Hq * Dh;
     for (int i = 0; i < 3; i++) { /* batch invariance: a token alone (its own chunks, its own merge) */
         const int t = ts[i];
         if (i && t == ts[i - 1]) continue;
-        if (T > QRT_ATTN_SPLIT_MAX_T && tc) break; /* a prefill piece: another key order, not the same bits */
+        if (prefill) break; /* a prefill piece: another key order, not the same bits */
         float *o1d = dev_out(orow);
         gpu->attention(qgd + t * qrow, &dkv, 1, pos0 + t, Hq, Hkv, Dh, o1d);
         float *o1 = download(o1d, orow);
@@ -1057,6 +1060,8 @@ static void test_attention_cases(void) {
         test_attention(fmt, 3, 74750, 2, 1, 64, 16, 1e7, 135);
         test_attention(fmt, 200, 37, 24, 4, 256, 64, 1e7, 136);
         test_attention(fmt, 33, 5, 4, 2, 32, 8, 1e4, 137);
+        /* a prefill piece long enough for the fast tiling (q and p as one term; a partial last 128-row tile) */
+        test_attention(fmt, QRT_CUDA_ATTN_FAST_MIN_T + 6, 3, 12, 2, 256, 64, 1e7, 138);
     }
 }
 

@@ -15,13 +15,14 @@
  *   2  attention_merge<TC>    one block of 32·ceil(Dh/32) threads per (token, q-head) with more than one chunk:
  *                             thread d folds dim d of the chunks in the order 0, 1, ... and applies the gate (TC:
  *                             variant 4's chunks, else variant 1's).
- *   3  attention_tc<Dh,F>     prefill (T > QRT_ATTN_SPLIT_MAX_T) with bf16 and fp8 caches at Dh 32/64/128/256, on
- *                             tensor cores (mma.sync m16n8k16 bf16, sm_80+): one block of 4 warps per (64 query rows,
- *                             kv head); the rows are the G = Hq/Hkv heads of one kv head times the call's tokens, so
- *                             each 32-key tile of the cache is read once for all of them (fp8 at its byte size,
- *                             widened in shared memory), and each block runs over all of its keys: no T x T buffer,
- *                             no scratch. Online softmax in f32; q and p enter the mma as two bf16 terms each (16
- *                             significant bits).
+ *   3  attention_tc<Dh,F,TL>  prefill (T > QRT_ATTN_SPLIT_MAX_T) with bf16 and fp8 caches at Dh 32/64/128/256, on
+ *                             tensor cores (mma.sync m16n8k16 bf16, sm_80+): one block of a warp per 16 query rows
+ *                             per (row tile, kv head); the rows are the G = Hq/Hkv heads of one kv head times the
+ *                             call's tokens, so each key tile of the cache is read once for all of them (fp8 at its
+ *                             byte size, widened in shared memory), and each block runs over all of its keys: no
+ *                             T x T buffer, no scratch. Online softmax in f32. Two tilings TL (fa_precise, fa_fast):
+ *                             64 rows, 32-key tiles, q and p as two bf16 terms each (16 significant bits); or 128
+ *                             rows, 64-key tiles, one term each, from QRT_CUDA_ATTN_FAST_MIN_T tokens at Dh 256.
  *   4  attention_dec<Dh,F>    decode and verify (T ≤ QRT_ATTN_SPLIT_MAX_T), same caches and arithmetic: one block of
  *                             4 warps per (16 query rows, kv head, key chunk), the chunks fixed key ranges
  *                             (fa_chunk_of) merged by variant 2; the warps split each 64-key stage 16 keys apiece
@@ -356,9 +357,6 @@ __global__ void __launch_bounds__(ATT_MAX_DH) attention_merge(const float *qg /*
 
 /* ---- tensor-core attention (bf16 and fp8 caches) ------------------------------------------------------- */
 
-#define FA_ROWS 64  /* prefill (attention_tc): query rows per block, 16 per warp; row r of a KV group is token r / G,
-                       * head g·G + r % G */
-#define FA_KT 32    /* prefill: keys per tile */
 #define FD_KT 16    /* decode (attention_dec): keys per warp and stage; a block's 16 rows, its 4 warps on 4 key runs */
 #define FD_WARPS 4
 #define FA_STAGES 3 /* tiles in shared memory: the one in use and two in flight */
@@ -367,19 +365,27 @@ __global__ void __launch_bounds__(ATT_MAX_DH) attention_merge(const float *qg /*
  * significant bits), then per stage the key and value tiles; fp8 adds the raw tiles' scales and one widened bf16 tile
  * pair. Rows are Dh + 8 elements apart: the 16 bytes of padding shift consecutive rows by 4 banks, so ldmatrix's 8
  * row addresses hit distinct banks. */
-template <int DH, int ROWS, int KEYS> struct fa_layout {
+template <int DH, int ROWS, int KEYS, int QT = 2, int STAGES = FA_STAGES> struct fa_layout {
     static constexpr int P = DH + 8;                                   /* bf16 row pitch */
-    static constexpr size_t q = 0;                                     /* [2][ROWS][P] bf16: hi, lo */
-    static constexpr size_t tiles = q + 2 * ROWS * P * 2;                     /* bf16: [stage][k|v][KEYS][P] */
-    static constexpr size_t bf16_bytes = tiles + FA_STAGES * 2 * KEYS * P * 2; /* the bf16 cache's total */
+    static constexpr size_t q = 0;                                     /* [QT][ROWS][P] bf16: hi, lo */
+    static constexpr size_t tiles = q + QT * ROWS * P * 2;                 /* bf16: [stage][k|v][KEYS][P] */
+    static constexpr size_t bf16_bytes = tiles + STAGES * 2 * KEYS * P * 2; /* the bf16 cache's total */
     static constexpr size_t raw = tiles;                                /* fp8: [stage][k|v][KEYS][DH] bytes */
-    static constexpr size_t scales = raw + FA_STAGES * 2 * KEYS * DH;   /* fp8: [stage][k|v][KEYS] f32 */
-    static constexpr size_t wide = scales + FA_STAGES * 2 * KEYS * 4;   /* fp8: [k|v][KEYS][P] bf16 */
+    static constexpr size_t scales = raw + STAGES * 2 * KEYS * DH;      /* fp8: [stage][k|v][KEYS] f32 */
+    static constexpr size_t wide = scales + STAGES * 2 * KEYS * 4;      /* fp8: [k|v][KEYS][P] bf16 */
     static constexpr size_t fp8_bytes = wide + 2 * KEYS * P * 2;
     static constexpr size_t bytes(int F) { return F == QRT_KV_BF16 ? bf16_bytes : fp8_bytes; }
 };
+/* A prefill tiling of attention_tc: ROWS query rows per block, 16 per warp (row r of a KV group is token r / G, head
+ * g·G + r % G), KT keys per tile, STAGES tiles in shared memory, q and p as TWO ? hi + lo : hi. */
+template <int ROWS_, int KT_, int STAGES_, bool TWO_> struct fa_tiling {
+    static constexpr int ROWS = ROWS_, KT = KT_, STAGES = STAGES_, THREADS = ROWS / 16 * 32;
+    static constexpr bool TWO = TWO_;
+    template <int DH> using layout = fa_layout<DH, ROWS, KT, TWO ? 2 : 1, STAGES>;
+};
+
 static_assert(fa_layout<256, 16, FD_KT * FD_WARPS>::bf16_bytes <= 227 * 1024 &&
-                  fa_layout<256, FA_ROWS, FA_KT>::bf16_bytes <= 227 * 1024,
+                  fa_layout<256, 64, 32>::bf16_bytes <= 227 * 1024,
               "a block's shared memory at Dh 256 (an sm_90 block has at most 227 KiB)");
 
 /* 16 (or 4) bytes from global to shared without registers; ok = 0 writes zeros and reads nothing. */
@@ -447,8 +453,8 @@ __device__ __forceinline__ void fa_widen(const uint8_t *raw, __nv_bfloat16 *wide
 }
 
 /* The block's queries (rows r0 .. r0 + ROWS - 1 of kv head g's Ts·G; rows past them are zeros) into shared memory as
- * hi + lo: qs [2][ROWS][P]. */
-template <int DH, int ROWS>
+ * hi + lo: qs [2][ROWS][P] (TWO false: hi alone, qs [ROWS][P]). */
+template <int DH, int ROWS, bool TWO = true>
 __device__ __forceinline__ void fa_load_q(const float *qg, __nv_bfloat16 *qs, int r0, int rows, int t0, int G, int g,
                                           int Hq) {
     constexpr int P = DH + 8;
@@ -460,7 +466,7 @@ __device__ __forceinline__ void fa_load_q(const float *qg, __nv_bfloat16 *qs, in
         uint32_t hi, lo;
         split_bf16x2(x.x, x.y, hi, lo);
         *reinterpret_cast<uint32_t *>(qs + r * P + d) = hi;
-        *reinterpret_cast<uint32_t *>(qs + (ROWS + r) * P + d) = lo;
+        if (TWO) *reinterpret_cast<uint32_t *>(qs + (ROWS + r) * P + d) = lo;
     }
 }
 
@@ -559,31 +565,32 @@ __device__ __forceinline__ void fa_row_pos(int (&rpos)[2], int wr0, int rows, in
     }
 }
 
-/* Prefill (T > QRT_ATTN_SPLIT_MAX_T). Block (row tile, kv head g): 64 rows of tokens 0 .. T - 1, one tile of 16 per
- * warp, against every key up to the block's last token in 32-key tiles, written gated: no scratch, no merge. The
- * tiles with the most keys go first. TWO: q and p as hi + lo (fa_step), else one bf16 term each. */
-template <int DH, int F, bool TWO>
-__global__ void __launch_bounds__(128, 1)
+/* Prefill (T > QRT_ATTN_SPLIT_MAX_T). Block (row tile, kv head g): TL::ROWS rows of tokens 0 .. T - 1, one tile of
+ * 16 per warp, against every key up to the block's last token in TL::KT-key tiles, written gated: no scratch, no
+ * merge. The tiles with the most keys go first. TL::TWO: q and p as hi + lo (fa_step), else one bf16 term each. */
+template <int DH, int F, typename TL>
+__global__ void __launch_bounds__(TL::THREADS, 1)
     attention_tc(const float *qg /* [T][Hq][2·Dh] */, qrt_kv kv, const int *pos_dev, int pos0, int T, int Hq,
                  int Hkv, float *out /* [T][Hq][Dh] */) {
-    using L = fa_layout<DH, FA_ROWS, FA_KT>;
+    using L = typename TL::template layout<DH>;
+    constexpr int ROWS = TL::ROWS, KT = TL::KT, NS = TL::STAGES;
+    constexpr bool TWO = TL::TWO;
     constexpr int P = L::P, DP = F == QRT_KV_BF16 ? 2 * P : DH; /* the stage's row pitch in bytes */
     pdl_start();
     extern __shared__ __align__(16) uint8_t fa_sm[];
     __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(fa_sm + L::q);
     const int G = Hq / Hkv, g = blockIdx.y, rows = T * G, pos = pos_dev ? *pos_dev : pos0;
-    const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
-    const int kend = pos + (min(rows, r0 + FA_ROWS) - 1) / G + 1; /* keys the block's last token sees */
-    const int ntiles = (kend + FA_KT - 1) / FA_KT;
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * ROWS;
+    const int kend = pos + (min(rows, r0 + ROWS) - 1) / G + 1; /* keys the block's last token sees */
+    const int ntiles = (kend + KT - 1) / KT;
     auto issue = [&](int i) {
         if (i >= ntiles) return cp_async_commit();
-        const int st = i % FA_STAGES;
-        fa_issue<DH, F, FA_KT>(fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * FA_KT * DP,
-                               reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * FA_KT, kv, g, Hkv, i * FA_KT,
-                               kend);
+        const int st = i % NS;
+        fa_issue<DH, F, KT>(fa_sm + (F == QRT_KV_BF16 ? L::tiles : L::raw) + (size_t)st * 2 * KT * DP,
+                            reinterpret_cast<float *>(fa_sm + L::scales) + st * 2 * KT, kv, g, Hkv, i * KT, kend);
     };
-    for (int i = 0; i < FA_STAGES - 1; i++) issue(i);
-    fa_load_q<DH, FA_ROWS>(qg, qs, r0, rows, 0, G, g, Hq);
+    for (int i = 0; i < NS - 1; i++) issue(i);
+    fa_load_q<DH, ROWS, TWO>(qg, qs, r0, rows, 0, G, g, Hq);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3;
     const int wr0 = r0 + warp * 16;  /* the warp's first row */
@@ -596,21 +603,20 @@ __global__ void __launch_bounds__(128, 1)
     const __nv_bfloat16 *qw = qs + (warp * 16 + (lane & 15)) * P + (lane >> 4) * 8;
 
     for (int i = 0; i < ntiles; i++) {
-        const int st = i % FA_STAGES;
-        issue(i + FA_STAGES - 1); /* into the stage tile i - 1 used */
-        cp_async_wait<FA_STAGES - 1>();
+        const int st = i % NS;
+        issue(i + NS - 1); /* into the stage tile i - 1 used */
+        cp_async_wait<NS - 1>();
         __syncthreads();
         const __nv_bfloat16 *kt =
-            reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * FA_KT * P;
-        const float *ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * FA_KT;
+            reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::tiles) + (size_t)st * 2 * KT * P;
+        const float *ksc = reinterpret_cast<const float *>(fa_sm + L::scales) + st * 2 * KT;
         if (F == QRT_KV_FP8) {
             kt = reinterpret_cast<const __nv_bfloat16 *>(fa_sm + L::wide);
-            fa_widen<DH, FA_KT>(fa_sm + L::raw + (size_t)st * 2 * FA_KT * DH, const_cast<__nv_bfloat16 *>(kt));
+            fa_widen<DH, KT>(fa_sm + L::raw + (size_t)st * 2 * KT * DH, const_cast<__nv_bfloat16 *>(kt));
             __syncthreads();
         }
         if (active)
-            fa_step<DH, F, FA_KT, TWO>(qw, FA_ROWS * P, kt, kt + FA_KT * P, ksc, ksc + FA_KT, i * FA_KT, rpos, o, m,
-                                       l);
+            fa_step<DH, F, KT, TWO>(qw, ROWS * P, kt, kt + KT * P, ksc, ksc + KT, i * KT, rpos, o, m, l);
         __syncthreads(); /* its stage is refilled next */
     }
     if (!active) return;
@@ -782,13 +788,32 @@ static void launch_attention(const float *qg, const qrt_kv *kv, int T, int pos0,
     }
 }
 
-/* QRT_ATTN_PREFILL_BF16=1: the prefill kernel takes q and p as one bf16 term each instead of hi + lo (half its mma;
- * the error of one more bf16 rounding per product, that of the bf16 cache's own k and v). Decode and verify keep
- * hi + lo. Off by default until measured end to end. Read at every prefill call (a few per layer and piece) so that
- * one process can run both (tests/test_cuda_ops.c). */
-static bool attention_prefill_bf16(void) {
-    const char *e = getenv("QRT_ATTN_PREFILL_BF16");
-    return e && !strcmp(e, "1");
+/* The prefill's two tilings. Precise: 64 rows, 32-key tiles, 3 stages, q and p as hi + lo (16 significant bits).
+ * Fast: 128 rows (8 warps), 64-key tiles, 2 stages, q and p as one bf16 term each (the precision of the bf16 cache's
+ * own k and v): each key tile is read once for twice the rows, a barrier pair per 64 keys, half the mma. On an H100,
+ * all-NVFP4 27B, 8192-token prefill: attention 174 -> 94 ms (docs/benchmarks.md). The fast one runs from
+ * QRT_CUDA_ATTN_FAST_MIN_T tokens (shorter prefills spend ~2% of their TTFT here and keep the precise one's bits);
+ * QRT_ATTN_PREFILL_TWO=1 takes the precise one at every length, =0 the fast one (read at every prefill call, a few
+ * per layer and piece, so one process can run both: tests/test_cuda_ops.c). The fast one is built for Dh 256 only
+ * (the one shape measured); where its 203 KiB of shared memory cannot be had, the precise one runs. */
+using fa_precise = fa_tiling<64, 32, 3, true>;
+using fa_fast = fa_tiling<128, 64, 2, false>;
+
+static bool attention_prefill_fast(int T) {
+    const char *e = getenv("QRT_ATTN_PREFILL_TWO");
+    if (e && !strcmp(e, "1")) return false;
+    return T >= QRT_CUDA_ATTN_FAST_MIN_T || (e && !strcmp(e, "0"));
+}
+
+template <int DH, int F, typename TL>
+static bool launch_tc_tiling(const float *qg, const qrt_kv *kv, const int *pd, int T, int pos0, int Hq, int Hkv,
+                             float *out) {
+    constexpr size_t smem = TL::template layout<DH>::bytes(F);
+    static int asked = 0; /* one per instantiation */
+    if (!smem_allow(attention_tc<DH, F, TL>, smem, &asked)) return false;
+    const dim3 grid(QRT_CEIL_DIV(T * (Hq / Hkv), TL::ROWS), Hkv, 1);
+    QRT_LAUNCH((attention_tc<DH, F, TL>), grid, TL::THREADS, smem, qg, *kv, pd, pos0, T, Hq, Hkv, out);
+    return true;
 }
 
 /* Variants 3 and 4. Up to QRT_ATTN_SPLIT_MAX_T tokens (decode, a verify): attention_dec over the chunks of
@@ -797,13 +822,12 @@ static bool attention_prefill_bf16(void) {
  * scratch, no merge. Recorded, the split grid covers the chunks of every position below max_pos, as in variant 1. */
 template <int DH, int F>
 static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int pos0, int Hq, int Hkv, float *out) {
-    constexpr size_t smem_tc = fa_layout<DH, FA_ROWS, FA_KT>::bytes(F);
+    constexpr size_t smem_tc = fa_precise::layout<DH>::bytes(F);
     constexpr size_t smem_dec = fa_layout<DH, 16, FD_KT * FD_WARPS>::bytes(F);
-    static int asked_tc = 0, asked_tc1 = 0, asked_dec = 0; /* one per instantiation */
-    const bool two = T <= QRT_ATTN_SPLIT_MAX_T || !attention_prefill_bf16(); /* decode never reads the environment */
-    if (!(two ? smem_allow(attention_tc<DH, F, true>, smem_tc, &asked_tc)
-              : smem_allow(attention_tc<DH, F, false>, smem_tc, &asked_tc1)) ||
-        !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
+    static int asked_dec = 0; /* one per instantiation */
+    /* the variant depends only on the device and the shape: the precise tiling and attention_dec both fit, or
+     * neither runs */
+    if (smem_tc > (size_t)smem_per_block_optin() || !smem_allow(attention_dec<DH, F>, smem_dec, &asked_dec))
         return false;
     float *part = attention_scratch(Hq, DH); /* at the first call, a prefill's, even where that one needs none */
     int max_pos = 0;
@@ -814,10 +838,11 @@ static bool launch_attention_tc(const float *qg, const qrt_kv *kv, int T, int po
                         "(--ctx)\n", keys, FA_MAX_KEYS);
         abort();
     }
-    if (T > QRT_ATTN_SPLIT_MAX_T) {
-        const dim3 grid(QRT_CEIL_DIV(T * G, FA_ROWS), Hkv, 1);
-        if (two) QRT_LAUNCH((attention_tc<DH, F, true>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
-        else QRT_LAUNCH((attention_tc<DH, F, false>), grid, 128, smem_tc, qg, *kv, pd, pos0, T, Hq, Hkv, out);
+    if (T > QRT_ATTN_SPLIT_MAX_T) { /* decode never reads the environment */
+        bool fast = false;
+        if constexpr (DH == 256) /* the measured shape (the Qwen3.5/3.6 models') */
+            fast = attention_prefill_fast(T) && launch_tc_tiling<DH, F, fa_fast>(qg, kv, pd, T, pos0, Hq, Hkv, out);
+        if (!fast) launch_tc_tiling<DH, F, fa_precise>(qg, kv, pd, T, pos0, Hq, Hkv, out);
         return true;
     }
     for (int t0 = 0; t0 < T; t0 += FA_SLICE) {

@@ -20,7 +20,7 @@ extern "C" {
 
 #define CONV_MAX_TAPS 16
 #define CONV_SEGMENT 32 /* tokens per thread; at least CONV_MAX_TAPS - 1 (the first segment alone reads the state) */
-#define CONV_BATCH 8    /* tokens loaded at once (the compiler must assume y may alias x: it keeps each load after the store before) */
+#define CONV_BATCH 8    /* tokens loaded at once (y may alias x for the compiler: a load waits for the store before) */
 
 template <int CK>
 __global__ void conv1d_silu_segments(const float *x /* [T][ch] */, float *state /* [Ck-1][ch] */,

@@ -35,6 +35,12 @@ void qrt_nvfp4_matmul_swiglu_variant(int v, const qrt_linear_group *g, const flo
  * measured fastest (timed on W with scratch activations). */
 int qrt_nvfp4_pick(const qrt_linear *W, int T);
 
+/* ---- attention (attention.cu) ---- */
+/* Prefill calls of at least this many tokens at Dh 256 take q and p as one bf16 term each (the fast tiling) unless
+ * QRT_ATTN_PREFILL_TWO=1; shorter ones, and other Dh, take them as hi + lo (QRT_ATTN_PREFILL_TWO=0: one term at
+ * Dh 256 at every length). */
+#define QRT_CUDA_ATTN_FAST_MIN_T 1024
+
 /* ---- BF16 / FP8 block-128 tensor-core matmul variants (matmul_dense_mma.cu): every variant gives the same bits ---- */
 int qrt_dense_mma_variant_count(void);
 const char *qrt_dense_mma_variant_name(int v);
