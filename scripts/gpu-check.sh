@@ -10,7 +10,9 @@
 # SANITIZE=1 (also compute-sanitizer over test_cuda_model, ~2 min), TILEBENCH=1 (also the decode-size tilebench),
 # PREFILL=1 (also the NVFP4 prefill table: mma_gemm, mma_pf's two forms fp4pf / fp4pf_f16 and cuBLASLt at M = 33..2048
 # on the 27B shapes; and the ctx-128 K=0 row with QRT_FP4_PREFILL=1 and =2, against bench_nvfp4's row without it),
-# LONG=1 (also the all-NVFP4 ctx-32768 row, K = 0: TTFT and decode against the protocol's 0.8x of ctx 128).
+# LONG=1 (also the all-NVFP4 ctx-32768 row, K = 0: TTFT and decode against the protocol's 0.8x of ctx 128),
+# NCU_PREFILL=1 (also Nsight Compute's speed-of-light, occupancy and warp-state sections of the GDN prefill kernels
+# and the prefill attention in an 8192-token piece: what limits them).
 # Logs go to $OUT (the device tool returns that folder; it returns a limited number of files, so there are few);
 # a short table is printed last.
 set -u
@@ -60,6 +62,13 @@ if [ "${PREFILL:-0}" = 1 ]; then
 fi
 [ "${LONG:-0}" = 1 ] && step bench_long 150 "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 32768 -K 0 -n 16 --reps 1 \
   --no-breakdown
+if [ "${NCU_PREFILL:-0}" = 1 ] && command -v ncu > /dev/null; then
+  # the first 30 such launches of the warmup's prefill (one 8192-token piece: layers 0-2's GDN, 9 launches each
+  # (4 segments of prep and state, the norm), and layer 3's attention); ncu locks the clocks to base
+  step ncu_prefill 150 ncu --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --launch-count 30 --kernel-name 'regex:gdn_chunk|gdn_norm|attention_tc' "$BIN/qwenrt" bench --synthetic qwen3.6-27b \
+    --ctx 8192 -K 0 -n 2 --reps 1 --no-breakdown
+fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   step sanitizer_model 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_model" tests/data
 fi
@@ -70,4 +79,5 @@ echo "==== test results"; tail -qn 1 "$OUT/cuda_ops.log" "$OUT/cuda_model.log" 2
 for b in bench_stored bench_nvfp4 bench_long prefill_pf1 prefill_pf2; do [ -f "$OUT/$b.log" ] && { echo "==== $b"; table "$b"; }; done
 [ -f "$OUT/prefill_tilebench.log" ] && { echo "==== prefill tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/prefill_tilebench.log"; }
 [ -f "$OUT/tilebench.log" ] && { echo "==== tilebench"; sed -n '/% of read bandwidth/,$p' "$OUT/tilebench.log"; }
+[ -f "$OUT/ncu_prefill.log" ] && { echo "==== ncu (prefill kernels)"; grep -E '^  [a-z_]+<|^  void|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Active Warps' "$OUT/ncu_prefill.log"; }
 echo "==== summary"; cat "$OUT/summary.txt"
