@@ -13,8 +13,8 @@ static int recording, on_cuda;
 static double host_t0;
 static qrt_opprof_result totals;
 
-static const char *const cat_names[QRT_OPCAT_COUNT] = {"W4A16 GEMM", "BF16 GEMV", "FP8 GEMM", "GDN", "attention",
-                                                      "other"};
+static const char *const cat_names[QRT_OPCAT_COUNT] = {"W4A16 GEMM", "BF16 GEMV", "FP8 GEMM", "GDN",
+                                                      "conv1d", "attention", "other"};
 const char *qrt_opcat_name(int cat) { return cat >= 0 && cat < QRT_OPCAT_COUNT ? cat_names[cat] : "?"; }
 
 static void begin(void) {
@@ -86,7 +86,7 @@ static void t_add_rmsnorm(float *h, const float *y, const float *w, int rows, in
     TIMED(QRT_OPCAT_OTHER, 0, real->add_rmsnorm(h, y, w, rows, n, eps, x));
 }
 static void t_conv1d_silu(const float *x, float *state, const float *w, int T, int ch, int Ck, float *y) {
-    TIMED(QRT_OPCAT_GDN, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
+    TIMED(QRT_OPCAT_CONV, 0, real->conv1d_silu(x, state, w, T, ch, Ck, y));
 }
 static void t_gdn(const float *qkv, const float *a, const float *b, const float *A_log, const float *dt_bias,
                   const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv, int chunked, const float *z,

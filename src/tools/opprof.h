@@ -10,7 +10,8 @@ typedef enum {
     QRT_OPCAT_W4A16 = 0, /* NVFP4 matmuls (W4A16 GEMM/GEMV) */
     QRT_OPCAT_DENSE,     /* BF16/F16/F32 matmuls (dense GEMV) */
     QRT_OPCAT_FP8,       /* FP8 block matmuls */
-    QRT_OPCAT_GDN,       /* Gated DeltaNet: recurrence, causal conv, gated norm */
+    QRT_OPCAT_GDN,       /* Gated DeltaNet: recurrence (or the chunked form), gated norm */
+    QRT_OPCAT_CONV,      /* the GDN layers' causal conv1d + SiLU */
     QRT_OPCAT_ATTN,      /* attention and RoPE */
     QRT_OPCAT_OTHER,     /* norms, elementwise, embedding, copies, logits download */
     QRT_OPCAT_COUNT
