@@ -8,7 +8,7 @@
  * every NVFP4 variant of one reduction order (all of today's variants share one, and the autotuner picks among
  * them) and every BF16 / FP8 tensor-core variant; not on the prefill path through cuBLASLt (matmul_blas.cu), which is
  * checked against the CPU with BLAS_TOL, and for its groups, bit for bit against itself on each part alone; nor on
- * * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in each of its forms at PF_TOL, a
+ * the NVFP4 prefill kernel mma_pf (matmul_fp4_prefill.cu), checked against the CPU in each of its forms at PF_TOL, a
  * token's row against that token in another place of the batch, and its groups like the cuBLASLt path's.
  * Exit 77 (CTest SKIP) when there is no GPU. */
 #include <math.h>

@@ -318,10 +318,11 @@ static qrt_status make_weights(const tilebench *b, const tb_shape *s, qrt_wforma
 #define TB_BLAS (-2)
 #define TB_HAND (-3)
 #define TB_BLAS_MIN_M 33 /* QRT_GRAPH_MAX_T + 1: the path never runs below */
-#define TB_PF_HILO (-4)  /* NVFP4 prefill kernel mma_pf, x as f16 hi + lo (QRT_FP4_PREFILL=1) */
-#define TB_PF_F16 (-5)   /* the same, x as f16 (QRT_FP4_PREFILL=2) */
-#define TB_PF3 (-6)      /* the same arithmetic in 128-token blocks, pipelined (QRT_FP4_PREFILL=3) */
-#define TB_PF_MIN_M 17   /* timed from here, past mma_gemm's first 16-token pass (the model runs it from 33) */
+#define TB_PF(form) (-3 - (form)) /* NVFP4 prefill kernel mma_pf in form 1..3 (what QRT_FP4_PREFILL=form runs): */
+#define TB_PF_HILO TB_PF(1)       /* x as f16 hi + lo */
+#define TB_PF_F16 TB_PF(2)        /* x as f16 */
+#define TB_PF3 TB_PF(3)           /* the same arithmetic in 128-token blocks, pipelined */
+#define TB_PF_MIN_M 17            /* timed from here, past mma_gemm's first 16-token pass (the model runs it from 33) */
 
 /* A kernel: an NVFP4 or BF16/FP8 tensor-core variant of the CUDA backend (>= 0, by the weight's format), or one of the
  * TB_ kernels above. */
@@ -333,6 +334,11 @@ typedef struct {
     int T;
     float *y;
 } tb_launch;
+
+#ifdef QRT_HAVE_CUDA
+/* The mma_pf form kernel v runs (1..3), or 0 where v is not a TB_PF kernel. */
+static int tb_pf_form(int v) { return v <= TB_PF(1) && v >= TB_PF(3) ? -3 - v : 0; }
+#endif
 
 static void launch(void *p) {
     const tb_launch *l = p;
@@ -353,8 +359,8 @@ static void launch(void *p) {
         qrt_cuda_matmul_hand(l->w, l->x, l->T, l->y);
         return;
     }
-    if (l->variant == TB_PF_HILO || l->variant == TB_PF_F16 || l->variant == TB_PF3) {
-        qrt_cuda_matmul_fp4_prefill(l->w, l->x, l->T, l->y, l->variant == TB_PF_HILO ? 1 : l->variant == TB_PF_F16 ? 2 : 3);
+    if (tb_pf_form(l->variant)) {
+        qrt_cuda_matmul_fp4_prefill(l->w, l->x, l->T, l->y, tb_pf_form(l->variant));
         return;
     }
 #endif
@@ -479,7 +485,7 @@ static int picked_kernel(const tilebench *b, const tb_weights *W, int T) {
     const qrt_linear *w = &W->w[0];
     if (b->gpu && qrt_cuda_blas_takes(w->fmt, w->n * w->k, T)) return TB_BLAS;
     const int pf = b->gpu && w->fmt == QRT_WF_NVFP4 ? qrt_cuda_fp4_prefill_at(T) : 0;
-    if (pf) return pf == 1 ? TB_PF_HILO : pf == 2 ? TB_PF_F16 : TB_PF3;
+    if (pf) return TB_PF(pf);
     if (b->gpu && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_pick(w, T);
     if (b->gpu && (w->fmt == QRT_WF_BF16 || w->fmt == QRT_WF_FP8B)) return qrt_dense_mma_pick(w->n, T);
     if (b->gpu) return TB_HAND;
@@ -493,7 +499,7 @@ static int kernel_runs(int v, int T, const qrt_linear *w) {
 #ifdef QRT_HAVE_CUDA
     if (v >= 0 && w->fmt == QRT_WF_NVFP4) return qrt_nvfp4_variant_runs(v, T, w->n, w->k);
     if (v == TB_BLAS) return T >= TB_BLAS_MIN_M;
-    if (v == TB_PF_HILO || v == TB_PF_F16 || v == TB_PF3) return T >= TB_PF_MIN_M;
+    if (tb_pf_form(v)) return T >= TB_PF_MIN_M;
 #endif
     (void)T, (void)w;
     return 1;
