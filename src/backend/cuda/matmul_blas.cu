@@ -114,16 +114,28 @@ static inline int64_t blas_ld(int64_t K) { return (K + 7) / 8 * 8; } /* bf16 row
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
 
-/* One thread per 8 elements of x: xb [t][k] = bf16(x [t][k]), 0 for K ≤ k < Kb. */
+/* One thread per 8 elements of x: xb [t][k] = bf16(x [t][k]), 0 for K ≤ k < Kb. VEC (K a multiple of 8 and x
+ * 16-byte aligned, every 27B shape): two 16-byte loads per thread instead of eight 4-byte ones. */
+template <bool VEC>
 __global__ void x_to_bf16(const float *x /* [T][K] */, int64_t K, int64_t Kb, int T, uint4 *xb /* [T][Kb/8] */) {
     pdl_start();
     const int64_t per_row = Kb / 8, n = per_row * T;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / per_row, k0 = i % per_row * 8;
-        const float *src = x + t * K;
-        __align__(16) __nv_bfloat16 v[8];
+        __align__(16) __nv_bfloat162 v[4];
+        if (VEC) {
+            const float4 *src = reinterpret_cast<const float4 *>(x) + 2 * i; /* Kb = K: row t starts at 8·per_row·t */
+            const float4 a = src[0], b = src[1];
+            v[0] = __floats2bfloat162_rn(a.x, a.y), v[1] = __floats2bfloat162_rn(a.z, a.w);
+            v[2] = __floats2bfloat162_rn(b.x, b.y), v[3] = __floats2bfloat162_rn(b.z, b.w);
+        } else {
+            const int64_t t = i / per_row, k0 = i % per_row * 8;
+            const float *src = x + t * K;
+            float f[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = __float2bfloat16_rn(k0 + e < K ? src[k0 + e] : 0.0f);
+            for (int e = 0; e < 8; e++) f[e] = k0 + e < K ? src[k0 + e] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+        }
         xb[i] = *reinterpret_cast<const uint4 *>(v);
     }
 }
@@ -138,44 +150,38 @@ struct fp4_rows {
     float scale2;
 };
 
-/* One thread per (row, 32-element chunk): rows r0..r0+rows-1 of the weight → wb [rows][Kb] bf16. Chunk ch of slice
- * s = ch / 16 is chunk step q = ch % 4 of lane c = ch % 16 / 4 (the layout of fp4_to_blocks): its 16 code bytes are
- * one uint4, its two block scales 2 bytes of the lane's scale uint4. Consecutive threads write consecutive 64-byte
- * pieces of one row (the writes are 3.5x the reads). */
+/* One thread per 8 elements (one word of codes): rows r0..r0+rows-1 of the weight → wb [rows][Kb] bf16, so that a
+ * warp's stores are 512 contiguous bytes. Word w of the 32-element chunk ch of slice s = ch / 16 is a word of chunk
+ * step q = ch % 4 of lane c = ch % 16 / 4 (the layout of fp4_to_blocks); its block scale is byte w / 2 of the
+ * chunk's two in the lane's scale uint4. Each value is code · (e4m3 scale · FP4_DECODE_UNDO · scale2) in f32, rounded
+ * once to bf16. */
 __global__ void dequant_fp4(fp4_rows src, int64_t r0, int64_t rows, int64_t Kb, uint4 *wb /* [rows][Kb/8] */) {
     pdl_start();
-    const int64_t chunks = (Kb + 31) / 32, n = rows * chunks;
+    const int64_t words = Kb / 8, n = rows * words;
+    const float mul = FP4_DECODE_UNDO * src.scale2;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / chunks, ch = i % chunks, R = r0 + r;
-        const int64_t s = ch / 16;
-        const int q = (int)(ch % 4), c = (int)(ch % 16 / 4), g = (int)(R % 8);
+        const int64_t r = i / words, wd = i % words, R = r0 + r, ch = wd / 4, s = ch / 16;
+        const int w = (int)(wd % 4), q = (int)(ch % 4), c = (int)(ch % 16 / 4), g = (int)(R % 8);
         const int64_t tile = src.pair_half < 0 ? R / 16 : 2 * (R / 16) + R % 16 / 8;
         const int h = src.pair_half < 0 ? (int)(R % 16 / 8) : src.pair_half;
         const uint4 *block = src.blocks + (tile * src.S + s) * FP4_BLOCK_U4;
         const int lane = g * 4 + c;
-        const uint4 codes = block[(h * 4 + q) * 32 + lane], sc = block[256 + lane];
-        const uint32_t two = u4_word(sc, 2 * h + q / 2) >> (16 * (q & 1)); /* this chunk's 2 scale bytes */
-        const uint32_t s2 = e4m3x2_lo_to_h2(two);
+        const uint32_t code = reinterpret_cast<const uint32_t *>(block + (h * 4 + q) * 32 + lane)[w];
+        const uint32_t sw = reinterpret_cast<const uint32_t *>(block + 256 + lane)[2 * h + q / 2];
+        const uint32_t s2 = e4m3x2_lo_to_h2(sw >> (16 * (q & 1))); /* this chunk's 2 block scales */
         const __half2 s01 = *reinterpret_cast<const __half2 *>(&s2);
-        const float mul = FP4_DECODE_UNDO * src.scale2;
-        const float sc0 = __low2float(s01) * mul, sc1 = __high2float(s01) * mul;
-#pragma unroll
-        for (int w = 0; w < 4; w++) { /* word w: elements 8w..8w+7 of the chunk, block w / 2 */
-            const int64_t k0 = ch * 32 + 8 * w;
-            if (k0 >= Kb) break;
-            uint32_t o[4];
-            fp4_decode_word(u4_word(codes, w), o);
-            const float bs = w < 2 ? sc0 : sc1;
-            const __half2 p0 = *reinterpret_cast<__half2 *>(&o[0]), p1 = *reinterpret_cast<__half2 *>(&o[1]);
-            const __half2 p2 = *reinterpret_cast<__half2 *>(&o[2]), p3 = *reinterpret_cast<__half2 *>(&o[3]);
-            /* o[0] = (e0, e2), o[1] = (e1, e3), o[2] = (e4, e6), o[3] = (e5, e7) */
-            const float e[8] = {__low2float(p0), __low2float(p1), __high2float(p0), __high2float(p1),
-                                __low2float(p2), __low2float(p3), __high2float(p2), __high2float(p3)};
-            __align__(16) __nv_bfloat16 v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = __float2bfloat16_rn(e[j] * bs);
-            wb[(r * Kb + k0) / 8] = *reinterpret_cast<const uint4 *>(v);
-        }
+        const float bs = (w < 2 ? __low2float(s01) : __high2float(s01)) * mul;
+        uint32_t o[4];
+        fp4_decode_word(code, o);
+        /* o[0] = (e0, e2), o[1] = (e1, e3), o[2] = (e4, e6), o[3] = (e5, e7) */
+        const float2 f0 = __half22float2(*reinterpret_cast<__half2 *>(&o[0]));
+        const float2 f1 = __half22float2(*reinterpret_cast<__half2 *>(&o[1]));
+        const float2 f2 = __half22float2(*reinterpret_cast<__half2 *>(&o[2]));
+        const float2 f3 = __half22float2(*reinterpret_cast<__half2 *>(&o[3]));
+        __align__(16) __nv_bfloat162 v[4] = {
+            __floats2bfloat162_rn(f0.x * bs, f1.x * bs), __floats2bfloat162_rn(f0.y * bs, f1.y * bs),
+            __floats2bfloat162_rn(f2.x * bs, f3.x * bs), __floats2bfloat162_rn(f2.y * bs, f3.y * bs)};
+        wb[i] = *reinterpret_cast<const uint4 *>(v);
     }
 }
 
@@ -243,7 +249,20 @@ static void shape_free(blas_shape *e) {
     e->used = 0;
 }
 
-/* The layouts and the heuristic's first algorithm for one GEMM shape, made on its first call. */
+/* Which of the heuristic's candidates runs: QRT_BLAS_ALGO=i takes the i-th (0 = the first, the default; the last
+ * there is where fewer are offered), to measure whether the heuristic's order is the order of speed. */
+#define BLAS_CANDIDATES 8
+static int blas_candidate(void) {
+    static int i = -1;
+    if (i < 0) {
+        const char *e = getenv("QRT_BLAS_ALGO");
+        i = e ? atoi(e) : 0;
+        i = i < 0 ? 0 : i >= BLAS_CANDIDATES ? BLAS_CANDIDATES - 1 : i;
+    }
+    return i;
+}
+
+/* The layouts and the heuristic's algorithm (blas_candidate) for one GEMM shape, made on its first call. */
 static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int64_t lda, int64_t ldb, int64_t ldd,
                                         const void *A, const void *D) {
     const int align_a = align_of(A), align_d = align_of(D);
@@ -284,10 +303,10 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
                                                         sizeof al_d));
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
                                                         sizeof al_d));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[BLAS_CANDIDATES];
     int found = 0;
-    QRT_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blas_handle, blas_desc, e->a, e->b, e->d, e->d, pref, 1, &res,
-                                                  &found));
+    QRT_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blas_handle, blas_desc, e->a, e->b, e->d, e->d, pref,
+                                                  BLAS_CANDIDATES, res, &found));
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (!found) {
         fprintf(stderr, "qwenrt: cuBLASLt has no BF16 GEMM for rows %lld, T %lld, K %lld (ld %lld/%lld/%lld); set "
@@ -295,7 +314,7 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
                 (long long)rows, (long long)T, (long long)K, (long long)lda, (long long)ldb, (long long)ldd);
         abort();
     }
-    e->algo = res.algo;
+    e->algo = res[QRT_MIN(blas_candidate(), found - 1)].algo;
     return e;
 }
 
@@ -322,7 +341,7 @@ static void dequant_rows(const blas_weight *bw, int64_t r0, int64_t rows, int64_
     const int64_t Kp = qrt_dense_row_elems(W->fmt, W->k), scols = (W->k + 127) / 128;
     switch (W->fmt) {
     case QRT_WF_NVFP4:
-        QRT_LAUNCH(dequant_fp4, grid_for(rows * ((Kb + 31) / 32)), 256, 0, bw->fp4, r0, rows, Kb, out);
+        QRT_LAUNCH(dequant_fp4, grid_for(rows * (Kb / 8)), 256, 0, bw->fp4, r0, rows, Kb, out);
         break;
     case QRT_WF_FP8B:
         QRT_LAUNCH(dequant_dense<QRT_WF_FP8B>, grid_for(rows * Kb / 8), 256, 0, (const uint8_t *)W->data,
@@ -360,7 +379,9 @@ static const __nv_bfloat16 *x_bf16(const float *x, int T, int64_t K) {
     blas_init();
     const int64_t Kb = blas_ld(K);
     __nv_bfloat16 *xb = grow(&xb_buf, &xb_cap, (size_t)T * (size_t)Kb);
-    QRT_LAUNCH(x_to_bf16, grid_for((int64_t)T * Kb / 8), 256, 0, x, K, Kb, T, reinterpret_cast<uint4 *>(xb));
+    const bool vec = K % 8 == 0 && (uintptr_t)x % 16 == 0;
+    QRT_LAUNCH(vec ? x_to_bf16<true> : x_to_bf16<false>, grid_for((int64_t)T * Kb / 8), 256, 0, x, K, Kb, T,
+               reinterpret_cast<uint4 *>(xb));
     return xb;
 }
 
