@@ -675,9 +675,9 @@ static void test_conv1d(int T, int ch, int Ck, uint64_t seed) {
 
 /* The chunked form's variants, as QRT_GDN_VARIANT names them (gdn.cu): NULL the default (variant 2 at the launcher's
  * slice width), variant 1, then variant 2 at each slice width (where the device cannot give 64 columns their shared
- * memory, 2:64 runs the fallback, which must give the same results) */
-static const char *const gdn_variants[] = {NULL, "1", "2:32", "2:64"};
-#define GDN_VARIANTS 4
+ * memory, 2:64 runs the fallback, which must give the same results), then variant 2 with its products in 3xBF16 */
+static const char *const gdn_variants[] = {NULL, "1", "2:32", "2:64", "2b", "2b:32"};
+#define GDN_VARIANTS 6
 
 /* One GPU run of the op under QRT_GDN_VARIANT = variant (NULL: unset) */
 static void gdn_run(const char *variant, const float *qkv, const float *a, const float *b, const float *A_log,

@@ -401,13 +401,6 @@ __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.c
 template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
-/* (x, y) as two bf16 terms: hi = bf16(x, y), lo = bf16 of what hi missed */
-__device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t &hi, uint32_t &lo) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-    hi = bf16x2_bits(h);
-    lo = bf16x2_bits(__floats2bfloat162_rn(x - __low2float(h), y - __high2float(h)));
-}
 /* Four e4m3 codes (byte i = element i) as four bf16 (exact: e4m3 fits bf16) */
 __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t four) {
     const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(four & 0xffff), __NV_E4M3);

@@ -27,7 +27,7 @@
  *                       only VS of a token's Dv outputs). It computes the recurrence's function in another order:
  *                       its state and outputs match the CPU's chunked form within f32 rounding (tests/test_cuda_ops.c),
  *                       not bit for bit, which is why decode and verify never take it.
- *   2  gdn_chunk_prep<DK> + gdn_chunk_state<DK, VS> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128;
+ *   2  gdn_chunk_prep<DK, BF> + gdn_chunk_state<DK, VS, BF> + gdn_norm_gated  (`chunked`, prefill pieces; Dk ≤ 128;
  *                       falls back to variant 1 where its shared memory or scratch cannot be had)
  *                       variant 1's arithmetic in two kernels: the first, one block per (v-head, chunk) for all chunks
  *                       at once, computes what does not depend on the state (the normalised, decayed q and k, the
@@ -35,6 +35,8 @@
  *                       (v-head, VS columns), walks the chunks in order doing only the products that need the state,
  *                       in two steps per chunk, copying each step's factors in while the step before computes. Its
  *                       state and outputs match the CPU's chunked form within f32 rounding, as variant 1's.
+ *                       `2b` (QRT_GDN_VARIANT): the same kernels with every product in 3xBF16 on m16n8k16 (about
+ *                       16 significant bits instead of 3xTF32's ~24, at half the tensor-core time per product).
  * Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
  * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq;
  * out = w · (o · rsqrt(mean(o²) + eps)) · silu(z). */
@@ -241,6 +243,58 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
     warp_mma_3xtf32_two<NT, K, AR, AC, BR, BC, false>(acc, A, acc, A, B);
 }
 
+/* warp_mma_3xtf32_two's products (same operands, strides and accumulator layout) in 3xBF16 on m16n8k16 (x = hi + lo,
+ * bf16 each: hi·hi + hi·lo + lo·hi keep about 16 bits, where 3xTF32 keeps about f32's 24, at twice tf32's
+ * tensor-core rate per product): register r
+ * of A holds row g + 8·(r % 2), elements k0 + 2t + 8·(r / 2) and the next; B's two hold column g, elements k0 + 2t
+ * (+ 1) and k0 + 2t + 8 (+ 1). K a multiple of 16. */
+template <int NT, int K, int AR, int AC, int BR, int BC, bool TWO>
+__device__ __forceinline__ void warp_mma_3xbf16_two(float (&acc)[NT][4], const float *A, float (&acc2)[NT][4],
+                                                    const float *A2, const float *B) {
+    static_assert(K % 16 == 0, "k steps of 16");
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t ab[4], as[4], cb[4], cs[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int m = g + 8 * (r & 1), k = k0 + 2 * t + 8 * (r >> 1);
+            split_bf16x2(A[m * AR + k * AC], A[m * AR + (k + 1) * AC], ab[r], as[r]);
+            if (TWO) split_bf16x2(A2[m * AR + k * AC], A2[m * AR + (k + 1) * AC], cb[r], cs[r]);
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const float *Bn = B + (8 * n + g) * BC;
+            uint32_t bb[2], bs[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int k = k0 + 2 * t + 8 * r;
+                split_bf16x2(Bn[k * BR], Bn[(k + 1) * BR], bb[r], bs[r]);
+            }
+            mma_bf16_16816(acc[n], as, bb[0], bb[1]);
+            mma_bf16_16816(acc[n], ab, bs[0], bs[1]);
+            mma_bf16_16816(acc[n], ab, bb[0], bb[1]);
+            if (TWO) {
+                mma_bf16_16816(acc2[n], cs, bb[0], bb[1]);
+                mma_bf16_16816(acc2[n], cb, bs[0], bs[1]);
+                mma_bf16_16816(acc2[n], cb, bb[0], bb[1]);
+            }
+        }
+    }
+}
+
+/* The products of variant 2 in 3xTF32 (BF false) or 3xBF16 (BF true) */
+template <bool BF, int NT, int K, int AR, int AC, int BR, int BC, bool TWO>
+__device__ __forceinline__ void warp_mma_split_two(float (&acc)[NT][4], const float *A, float (&acc2)[NT][4],
+                                                   const float *A2, const float *B) {
+    if constexpr (BF) warp_mma_3xbf16_two<NT, K, AR, AC, BR, BC, TWO>(acc, A, acc2, A2, B);
+    else warp_mma_3xtf32_two<NT, K, AR, AC, BR, BC, TWO>(acc, A, acc2, A2, B);
+}
+template <bool BF, int NT, int K, int AR, int AC, int BR, int BC>
+__device__ __forceinline__ void warp_mma_split(float (&acc)[NT][4], const float *A, const float *B) {
+    warp_mma_split_two<BF, NT, K, AR, AC, BR, BC, false>(acc, A, acc, A, B);
+}
+
 /* f(v, row, column) for each element v of a warp's accumulator tile acc (warp_mma_3xtf32's layout) */
 template <int NT, typename F> __device__ __forceinline__ void for_each_acc(float (&acc)[NT][4], F f) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
@@ -331,14 +385,14 @@ __device__ __forceinline__ float gdn_chunk_gates(const float *a, const float *b,
 
 /* A = strict_lower(β K Kᵀ ⊙ e^{γi−γj}) into Am [C][LA] and P = lower(Q Kᵀ ⊙ e^{γi−γj}) into P [C][ldp], from Qs, Ks
  * [C][LQ]; warp w computes rows 16·(w % 4).., columns 32·(w / 4).. */
-template <int DK>
+template <int DK, bool BF>
 __device__ __forceinline__ void gdn_chunk_gram(const float *Qs, const float *Ks, const float *gam, const float *beta,
                                                float *Am, float *P, int ldp) {
     constexpr int LQ = gdn_strides<DK>::LQ, LA = GDN_LA;
     const int warp = threadIdx.x >> 5, om = 16 * (warp & 3), gn = 32 * (warp >> 2);
     float accG[4][4] = {}, accP[4][4] = {};
-    warp_mma_3xtf32<4, DK, LQ, 1, 1, LQ>(accG, Ks + om * LQ, Ks + gn * LQ);
-    warp_mma_3xtf32<4, DK, LQ, 1, 1, LQ>(accP, Qs + om * LQ, Ks + gn * LQ);
+    warp_mma_split<BF, 4, DK, LQ, 1, 1, LQ>(accG, Ks + om * LQ, Ks + gn * LQ);
+    warp_mma_split<BF, 4, DK, LQ, 1, 1, LQ>(accP, Qs + om * LQ, Ks + gn * LQ);
     for_each_acc(accG, [&](float v, int r, int c) {
         r += om, c += gn;
         Am[r * LA + c] = c < r ? beta[r] * v * expf(gam[r] - gam[c]) : 0.0f;
@@ -445,7 +499,7 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
         __syncthreads();
         /* G, P and O = Q S */
         float accO[NTO][4] = {};
-        gdn_chunk_gram<DK>(QW, Ks, gam, beta, Am, Pm, LA);
+        gdn_chunk_gram<DK, false>(QW, Ks, gam, beta, Am, Pm, LA);
         warp_mma_3xtf32<NTO, DK, LQ, 1, LU, 1>(accO, QW + om * LQ, Ss + on);
         __syncthreads();
         /* solve: W into QW (q is read), U in place */
@@ -535,7 +589,7 @@ template <int DK> struct gdn_prep_smem {
  * and γlast, into pr [Hv][chunks][gdn_prep_layout] and glast [Hv][chunks]. q, k and g, β, γ are loaded and formed
  * exactly as variant 1 forms them; the solve is its forward substitution, one thread per column of W (tid < DK) and
  * of U (DK ≤ tid < DK + GDN_COLS: the block's 256 threads cover both at DK = 128). */
-template <int DK>
+template <int DK, bool BF>
 __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 2)
     gdn_chunk_prep(const float *qkv /* [T][2·Hk·Dk + Hv·Dv] */, const float *a /* [T][Hv] */,
                    const float *b /* [T][Hv] */, const float *A_log /* [Hv] */, const float *dt_bias /* [Hv] */, int T,
@@ -570,7 +624,7 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 2)
     }
     gdn_chunk_store_qk<DK>(qv, kv, qscale, Qs, Ks);
     __syncthreads();
-    gdn_chunk_gram<DK>(Qs, Ks, gam, beta, Am, out + G::P, C); /* A into shared memory, P straight out */
+    gdn_chunk_gram<DK, BF>(Qs, Ks, gam, beta, Am, out + G::P, C); /* A into shared memory, P straight out */
     for (int e = tid; e < C * DK; e += GDN_CHUNK_THREADS) {
         const int i = e / DK, d = e % DK;
         out[G::Q + e] = eg[i] * Qs[i * LQ + d];
@@ -626,7 +680,7 @@ template <int DK, int VS> struct gdn_state_layout {
  * (3xTF32; variant 1's warp tiles). Each chunk's factors are copied in (cp.async) while the step before computes: W,
  * U and Qd of the next chunk during step 2, its P and Kd during the next step 1; a step begins once the one group in
  * flight has landed (wait_group 0) and the block has synchronised. */
-template <int DK, int VS>
+template <int DK, int VS, bool BF>
 __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
     gdn_chunk_state(const float *pr /* [Hv][chunks][gdn_prep_layout<DK>::FLOATS] */,
                     const float *glast /* [Hv][chunks] */, const float *S_in /* [Hv][Dk][Dv] */,
@@ -668,7 +722,7 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
         float accO[NTO][4] = {};
         { /* step 1 */
             float accV[NTO][4] = {};
-            warp_mma_3xtf32_two<NTO, DK, LQ, 1, LU, 1, true>(accV, Wm + om * LQ, accO, Qm + om * LQ, Ss + on);
+            warp_mma_split_two<BF, NTO, DK, LQ, 1, LU, 1, true>(accV, Wm + om * LQ, accO, Qm + om * LQ, Ss + on);
             for_each_acc(accV, [&](float v, int r, int c) {
                 r += om, c += on;
                 Vn[r * LU + c] = Um[r * LU + c] - v;
@@ -683,7 +737,7 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
         }
         gdn_copy_commit();
         { /* step 2 */
-            warp_mma_3xtf32<NTO, C, LA, 1, LU, 1>(accO, Pm + om * LA, Vn + on);
+            warp_mma_split<BF, NTO, C, LA, 1, LU, 1>(accO, Pm + om * LA, Vn + on);
             for_each_acc(accO, [&](float v, int r, int c) {
                 r += om, c += on;
                 if (r < n && v0 + c < Dv) o[((size_t)(c0 + r) * Hv + j) * Dv + v0 + c] = v;
@@ -691,7 +745,7 @@ __global__ void __launch_bounds__(GDN_CHUNK_THREADS, 1)
             const float elast = expf(gl);
             float accS[NTS][4];
             for_each_acc(accS, [&](float &v, int r, int c) { v = elast * Ss[(sm0 + r) * LU + sn0 + c]; });
-            warp_mma_3xtf32<NTS, C, 1, LQ, LU, 1>(accS, Km + sm0, Vn + sn0);
+            warp_mma_split<BF, NTS, C, 1, LQ, LU, 1>(accS, Km + sm0, Vn + sn0);
             for_each_acc(accS, [&](float v, int r, int c) { Ss[(sm0 + r) * LU + sn0 + c] = v; });
         }
         gdn_copy_wait<0>();
@@ -749,7 +803,7 @@ static float *gdn_prep_scratch(size_t floats) {
 #define GDN_SEG_TOKENS 2048
 
 /* Variant 2; false, launching nothing, where the shared memory or the scratch cannot be had */
-template <int DK, int VS>
+template <int DK, int VS, bool BF>
 static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *b, const float *A_log,
                                  const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk,
                                  int Dv, float *o) {
@@ -757,8 +811,8 @@ static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *
     const size_t prep_smem = sizeof(float) * gdn_prep_smem<DK>::FLOATS;
     const size_t state_smem = sizeof(float) * gdn_state_layout<DK, VS>::FLOATS;
     static int prep_asked = 0, state_asked = 0;
-    if (!smem_allow(gdn_chunk_prep<DK>, prep_smem, &prep_asked) ||
-        !smem_allow(gdn_chunk_state<DK, VS>, state_smem, &state_asked))
+    if (!smem_allow(gdn_chunk_prep<DK, BF>, prep_smem, &prep_asked) ||
+        !smem_allow(gdn_chunk_state<DK, VS, BF>, state_smem, &state_asked))
         return false;
     const size_t blocks = (size_t)Hv * ((min(T, GDN_SEG_TOKENS) + GDN_CHUNK - 1) / GDN_CHUNK);
     float *pr = gdn_prep_scratch(blocks * (G::FLOATS + 1));
@@ -767,10 +821,10 @@ static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *
     const size_t row = 2 * (size_t)Hk * Dk + (size_t)Hv * Dv;
     for (int t0 = 0; t0 < T; t0 += GDN_SEG_TOKENS) {
         const int n = min(GDN_SEG_TOKENS, T - t0), chunks = (n + GDN_CHUNK - 1) / GDN_CHUNK;
-        QRT_LAUNCH(gdn_chunk_prep<DK>, dim3((unsigned)chunks, (unsigned)Hv), GDN_CHUNK_THREADS, prep_smem,
+        QRT_LAUNCH(gdn_chunk_prep<DK, BF>, dim3((unsigned)chunks, (unsigned)Hv), GDN_CHUNK_THREADS, prep_smem,
                    qkv + t0 * row, a + (size_t)t0 * Hv, b + (size_t)t0 * Hv, A_log, dt_bias, n, Hk, Hv, Dk, Dv, pr,
                    glast);
-        QRT_LAUNCH(gdn_chunk_state<DK, VS>, dim3((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS)), GDN_CHUNK_THREADS,
+        QRT_LAUNCH(gdn_chunk_state<DK, VS, BF>, dim3((unsigned)Hv, (unsigned)((Dv + VS - 1) / VS)), GDN_CHUNK_THREADS,
                    state_smem, (const float *)pr, (const float *)glast, t0 ? S : S_in, S, n, Hv, Dk, Dv,
                    o + (size_t)t0 * Hv * Dv);
     }
@@ -778,27 +832,44 @@ static bool gdn_two_phase_launch(const float *qkv, const float *a, const float *
 }
 
 /* The chunked form a call asks for through QRT_GDN_VARIANT: 2 (unset: variant 2, slices of 64 columns where the
- * shared memory allows, else 32), 2:32 or 2:64 (variant 2 at that slice width), 1 (variant 1). Variant 2 is the
+ * shared memory allows, else 32), 2:32 or 2:64 (variant 2 at that slice width), 2b, 2b:32, 2b:64 (the same with its
+ * products in 3xBF16: an opt-in until measured), 1 (variant 1). Variant 2 is the
  * default: the same results as variant 1 (the bench's tokens too), its GDN time in an 8192-token prefill of the 27B
  * 20% less (docs/benchmarks.md). Read at every chunked call (a few per layer and prefill piece) so that one process
  * can run both (tests/test_cuda_ops.c). */
 typedef struct {
     int variant, slice; /* slice 0: the launcher's choice */
+    bool bf16;          /* variant 2's products in 3xBF16 */
 } gdn_choice;
 
 static gdn_choice gdn_chosen(void) {
-    const gdn_choice dflt = {2, 0};
+    const gdn_choice dflt = {2, 0, false};
     const char *e = getenv("QRT_GDN_VARIANT");
     if (!e || !*e) return dflt;
     char *end;
     const long v = strtol(e, &end, 10);
+    const bool bf16 = v == 2 && *end == 'b';
+    if (bf16) end++;
     const long slice = *end == ':' ? strtol(end + 1, &end, 10) : 0;
     if (!*end && ((v == 1 && slice == 0) || (v == 2 && (slice == 0 || slice == 32 || slice == 64))))
-        return gdn_choice{(int)v, (int)slice};
+        return gdn_choice{(int)v, (int)slice, bf16};
     static int warned = 0;
-    if (!warned) fprintf(stderr, "qwenrt: QRT_GDN_VARIANT=%s is not 1, 2, 2:32 or 2:64; running variant 2\n", e);
+    if (!warned)
+        fprintf(stderr, "qwenrt: QRT_GDN_VARIANT=%s is not 1, 2, 2:32, 2:64, 2b, 2b:32 or 2b:64; running variant 2\n",
+                e);
     warned = 1;
     return dflt;
+}
+
+/* Variant 2 at the chosen slice width (64 first, unless 32 is asked for); false where neither can run */
+template <int DK, bool BF>
+static bool gdn_two_phase_run(gdn_choice choice, const float *qkv, const float *a, const float *b, const float *A_log,
+                              const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv,
+                              float *o) {
+    if (choice.slice != 32 &&
+        gdn_two_phase_launch<DK, 64, BF>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o))
+        return true;
+    return gdn_two_phase_launch<DK, 32, BF>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o);
 }
 
 /* The chunked form at Dk ≤ DK; false, launching nothing, where neither variant's shared memory can be had.
@@ -810,12 +881,10 @@ template <int DK>
 static bool gdn_chunked_run(gdn_choice choice, const float *qkv, const float *a, const float *b, const float *A_log,
                             const float *dt_bias, const float *S_in, float *S, int T, int Hk, int Hv, int Dk, int Dv,
                             float *o) {
-    if (choice.variant == 2) {
-        if (choice.slice != 32 &&
-            gdn_two_phase_launch<DK, 64>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o))
-            return true;
-        if (gdn_two_phase_launch<DK, 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o)) return true;
-    }
+    if (choice.variant == 2 &&
+        (choice.bf16 ? gdn_two_phase_run<DK, true> : gdn_two_phase_run<DK, false>)(choice, qkv, a, b, A_log, dt_bias,
+                                                                                    S_in, S, T, Hk, Hv, Dk, Dv, o))
+        return true;
     return gdn_chunked_launch<DK, DK == 128 ? 64 : 32>(qkv, a, b, A_log, dt_bias, S_in, S, T, Hk, Hv, Dk, Dv, o);
 }
 
