@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # One GPU call for the chunked GDN form's variants (src/backend/cuda/gdn.cu): the GDN op tests (every chunked variant
 # against the CPU backend: tests/test_cuda_ops.c --gdn), then the synthetic Qwen3.6-27B's prefill of 8192 tokens under
-# QRT_GDN_VARIANT 1, 2 (the default) and 2:32, each with its kernel breakdown; printed last: the test result, and per
+# QRT_GDN_VARIANT 1, 2 (the default), 2:32 and 2b, each with its kernel breakdown; printed last: the test result, and per
 # variant the prefill's GDN row (conv1d and the GDN op) and the TTFT. Build here first (the CUDA build), then run with
 # the device tool, carrying the binaries: carry ["build-cuda/bin"], command
 #   bash scripts/gdn-ab.sh
 # From a worktree: copy bin/ and this script into one git-ignored folder of the main checkout (build-*), carry that,
 # and run  cd FOLDER && BIN=bin bash gdn-ab.sh
 # The variants run in turns in one process each, on one machine: compare their rows only with each other. The steps'
-# timeouts add up to 570 s (a device call may run 600). VARIANTS narrows the list.
+# timeouts add up to 590 s (a device call may run 600). VARIANTS narrows the list.
 # NCU=1 instead times, per variant, the first 12 GDN kernels of a 2048-token prefill (one piece: the first layers'
 # gdn_chunked, or gdn_chunk_prep and gdn_chunk_state, and gdn_norm_gated) under Nsight Compute, kernel by kernel.
 set -u
 BIN=${BIN:-build-cuda/bin}
 OUT=${OUT:-gdn-ab-out}
-VARIANTS=${VARIANTS:-"1 2 2:32"}
+VARIANTS=${VARIANTS:-"1 2 2:32 2b"}
 mkdir -p "$OUT"
 export QRT_CACHE_DIR="$OUT/tune" # one NVFP4 tune cache for every run: the matmuls' picks are the same in each
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/device.txt" 2>&1
@@ -32,7 +32,7 @@ else
   timeout 150 "$BIN/test_cuda_ops" --gdn > "$OUT/cuda_ops_gdn.log" 2>&1
   echo "test_cuda_ops --gdn rc=$?" >> "$OUT/summary.txt"
   for v in $VARIANTS; do
-    QRT_GDN_VARIANT=$v timeout 140 "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 8192 -K 0 -n 8 --reps 1 \
+    QRT_GDN_VARIANT=$v timeout 110 "$BIN/qwenrt" bench --synthetic qwen3.6-27b --ctx 8192 -K 0 -n 8 --reps 1 \
       > "$OUT/bench-$(name "$v").log" 2>&1
     echo "bench QRT_GDN_VARIANT=$v rc=$?" >> "$OUT/summary.txt"
   done
