@@ -13,9 +13,9 @@
 # The decode attention at a long context, two tokens (a prefill of 32768 tokens is 4 pieces x 16 layers of
 # attention_tc; each decoded token 16 attention_tc + 16 attention_merge):
 #   CTX=32768 KERNELS=attention SKIP=64 COUNT=64 bash scripts/ncu-kernels.sh
-# Where one 8192-token prefill's time goes, every kernel (the warmup's prefill is the first ~1900 launches: its
+# Where one 8192-token prefill's time goes, every kernel (the warmup's prefill is the first ~2000 launches: its
 # matmuls' x_to_bf16, dequant_fp4 and cuBLASLt kernels, the conv, the GDN and attention kernels, the norms):
-#   CTX=8192 SKIP=0 COUNT=2000 bash scripts/ncu-kernels.sh
+#   CTX=8192 SKIP=0 COUNT=2400 bash scripts/ncu-kernels.sh
 # Output: a table on stdout; the raw CSV in $OUT (the device tool returns that folder).
 set -u
 BIN=${BIN:-build-cuda/bin}
