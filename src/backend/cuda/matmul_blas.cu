@@ -249,22 +249,50 @@ static void shape_free(blas_shape *e) {
     e->used = 0;
 }
 
-/* Which of the heuristic's candidates runs: QRT_BLAS_ALGO=i takes the i-th (0 = the first, the default; the last
- * there is where fewer are offered), to measure whether the heuristic's order is the order of speed. */
+/* Which of the heuristic's candidates runs, to measure whether its order is the order of speed: QRT_BLAS_ALGO=i
+ * takes the i-th (0 = the first, the default; the last offered where fewer are), QRT_BLAS_ALGO=time times every
+ * candidate on a shape's first call and keeps the fastest (BLAS_TIMED: the picks last for the process, not across
+ * processes, and candidates differ in their bits: a measurement mode). */
 #define BLAS_CANDIDATES 8
+#define BLAS_TIMED (-1)
 static int blas_candidate(void) {
-    static int i = -1;
-    if (i < 0) {
+    static int i = -2;
+    if (i == -2) {
         const char *e = getenv("QRT_BLAS_ALGO");
-        i = e ? atoi(e) : 0;
-        i = i < 0 ? 0 : i >= BLAS_CANDIDATES ? BLAS_CANDIDATES - 1 : i;
+        i = !e ? 0 : !strcmp(e, "time") ? BLAS_TIMED : atoi(e);
+        i = i < BLAS_TIMED ? 0 : i >= BLAS_CANDIDATES ? BLAS_CANDIDATES - 1 : i;
     }
     return i;
 }
 
+/* The fastest of n candidates for e on the call's own operands (D is written; the call itself runs after): one
+ * untimed run each, then two timed back to back. */
+static int blas_fastest(const blas_shape *e, const cublasLtMatmulHeuristicResult_t *res, int n, const void *A,
+                        const void *B, void *D) {
+    cudaEvent_t ev[2];
+    for (int i = 0; i < 2; i++) QRT_CUDA_CHECK(cudaEventCreate(&ev[i]));
+    const float one = 1.0f, zero = 0.0f;
+    int pick = 0;
+    float best = 0.0f;
+    for (int c = 0; c < n; c++) {
+        for (int r = 0; r < 3; r++) {
+            if (r == 1) QRT_CUDA_CHECK(cudaEventRecord(ev[0], cudaStreamPerThread));
+            QRT_BLAS_CHECK(cublasLtMatmul(blas_handle, blas_desc, &one, A, e->a, B, e->b, &zero, D, e->d, D, e->d,
+                                          &res[c].algo, blas_workspace, BLAS_WORKSPACE_BYTES, cudaStreamPerThread));
+        }
+        QRT_CUDA_CHECK(cudaEventRecord(ev[1], cudaStreamPerThread));
+        QRT_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms;
+        QRT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (c == 0 || ms < best) best = ms, pick = c;
+    }
+    for (int i = 0; i < 2; i++) QRT_CUDA_CHECK(cudaEventDestroy(ev[i]));
+    return pick;
+}
+
 /* The layouts and the heuristic's algorithm (blas_candidate) for one GEMM shape, made on its first call. */
 static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int64_t lda, int64_t ldb, int64_t ldd,
-                                        const void *A, const void *D) {
+                                        const void *A, const void *B, void *D) {
     const int align_a = align_of(A), align_d = align_of(D);
     for (int i = 0; i < BLAS_CACHE; i++) {
         const blas_shape *e = &blas_shapes[i];
@@ -314,14 +342,15 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
                 (long long)rows, (long long)T, (long long)K, (long long)lda, (long long)ldb, (long long)ldd);
         abort();
     }
-    e->algo = res[QRT_MIN(blas_candidate(), found - 1)].algo;
+    const int c = blas_candidate();
+    e->algo = res[c == BLAS_TIMED ? blas_fastest(e, res, found, A, B, D) : QRT_MIN(c, found - 1)].algo;
     return e;
 }
 
 /* D [T][ldd] (rows columns of it) = A [rows][lda] (bf16) · B [T][ldb]ᵀ (bf16), K summed. */
 static void gemm(const __nv_bfloat16 *A, int64_t lda, int64_t rows, const __nv_bfloat16 *B, int64_t ldb, int T,
                  int64_t K, float *D, int64_t ldd) {
-    const blas_shape *e = blas_shape_for(rows, T, K, lda, ldb, ldd, A, D);
+    const blas_shape *e = blas_shape_for(rows, T, K, lda, ldb, ldd, A, B, D);
     const float one = 1.0f, zero = 0.0f;
     QRT_BLAS_CHECK(cublasLtMatmul(blas_handle, blas_desc, &one, A, e->a, B, e->b, &zero, D, e->d, D, e->d, &e->algo,
                                   blas_workspace, BLAS_WORKSPACE_BYTES, cudaStreamPerThread));
