@@ -23,7 +23,7 @@ if [ ${#runs[@]} -lt 1 ] || ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     exit 2
 fi
 bin_of() { echo "${1##*@}"; }
-env_of() { [[ $1 == *@* ]] && echo "${1%@*}" | tr ',' ' ' || true; }
+env_of() { if [[ $1 == *@* ]]; then echo "${1%@*}" | tr ',' ' '; fi; }
 for r in "${runs[@]}"; do
     [ -x "$(bin_of "$r")" ] || { echo "prefill-ab: $(bin_of "$r") is not an executable qwenrt binary" >&2; exit 2; }
 done
