@@ -333,8 +333,9 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
                                                         sizeof al_d));
     cublasLtMatmulHeuristicResult_t res[BLAS_CANDIDATES];
     int found = 0;
+    const int c = blas_candidate(); /* the first candidate alone, unless QRT_BLAS_ALGO asks for more */
     QRT_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blas_handle, blas_desc, e->a, e->b, e->d, e->d, pref,
-                                                  BLAS_CANDIDATES, res, &found));
+                                                  c == 0 ? 1 : BLAS_CANDIDATES, res, &found));
     QRT_BLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (!found) {
         fprintf(stderr, "qwenrt: cuBLASLt has no BF16 GEMM for rows %lld, T %lld, K %lld (ld %lld/%lld/%lld); set "
@@ -342,7 +343,6 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
                 (long long)rows, (long long)T, (long long)K, (long long)lda, (long long)ldb, (long long)ldd);
         abort();
     }
-    const int c = blas_candidate();
     e->algo = res[c == BLAS_TIMED ? blas_fastest(e, res, found, A, B, D) : QRT_MIN(c, found - 1)].algo;
     return e;
 }
