@@ -21,6 +21,9 @@ typedef struct {
     size_t max_body;
     const char *const *aliases;
     int n_aliases;
+    pthread_mutex_t mu;
+    pthread_cond_t streams_cv;
+    int streams; /* streamed responses not yet ended (sent in full, or their client gone) */
 } server;
 
 /* Per connection: which route it asked for and the body received so far. */
@@ -115,6 +118,7 @@ static int connection_fd(struct MHD_Connection *c) {
 typedef struct {
     qrt_job *job;
     int fd;
+    server *sv;
 } stream_state;
 
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -126,8 +130,25 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
 /* Called when the response ends, including when the client went away mid-stream: the job is cancelled. */
 static void end_stream(void *cls) {
     stream_state *st = cls;
+    server *sv = st->sv;
     qrt_job_release(st->job);
     free(st);
+    pthread_mutex_lock(&sv->mu);
+    sv->streams--;
+    pthread_cond_broadcast(&sv->streams_cv);
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* Waits up to timeout_s for every streamed response to end: a stream cut at shutdown still sends its error event
+ * and [DONE], which stopping the daemon first would drop with the connection. */
+static void wait_streams_ended(server *sv, double timeout_s) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    pthread_mutex_lock(&sv->mu);
+    while (sv->streams > 0 && pthread_cond_timedwait(&sv->streams_cv, &sv->mu, &deadline) == 0) {
+    }
+    pthread_mutex_unlock(&sv->mu);
 }
 
 static enum MHD_Result send_stream(server *sv, struct MHD_Connection *c, const char *route_name, qrt_job *job) {
@@ -139,7 +160,10 @@ static enum MHD_Result send_stream(server *sv, struct MHD_Connection *c, const c
         qrt_job_release(job);
         return MHD_NO;
     }
-    *st = (stream_state){job, connection_fd(c)};
+    *st = (stream_state){job, connection_fd(c), sv};
+    pthread_mutex_lock(&sv->mu);
+    sv->streams++; /* end_stream, called when MHD destroys the response, counts it out */
+    pthread_mutex_unlock(&sv->mu);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -325,7 +349,7 @@ int qrt_serve(const qrt_serve_opts *o) {
     signal(SIGPIPE, SIG_IGN);
 
     server sv = {.metrics = qrt_metrics_new(), .max_body = o->max_body, .aliases = o->aliases,
-                 .n_aliases = o->n_aliases};
+                 .n_aliases = o->n_aliases, .mu = PTHREAD_MUTEX_INITIALIZER, .streams_cv = PTHREAD_COND_INITIALIZER};
     if (!sv.metrics || !(sv.worker = qrt_worker_new(&o->worker, sv.metrics))) {
         qrt_metrics_free(sv.metrics);
         return 1;
@@ -357,6 +381,7 @@ int qrt_serve(const qrt_serve_opts *o) {
     fflush(stderr);
     qrt_worker_drain(sv.worker, o->shutdown_grace);
     qrt_worker_stop(sv.worker); /* wakes every connection thread, so the daemon can join them */
+    wait_streams_ended(&sv, 2.0);
     MHD_stop_daemon(d);
     qrt_worker_free(sv.worker);
     qrt_metrics_free(sv.metrics);
