@@ -46,7 +46,9 @@ for round in $(seq 1 "$rounds"); do
     for r in "${runs[@]}"; do
         log="$OUT/$(name "$r")-$round.log"
         awk -v run="$(name "$r")" -v round="$round" '
-            /rep 1: TTFT/ { for (i = 1; i <= NF; i++) { if ($i == "TTFT") ttft = $(i + 1); if ($i == "tokens") tok = $(i + 1) } }
+            /rep 1: TTFT/ {
+                for (i = 1; i <= NF; i++) { if ($i == "TTFT") ttft = $(i + 1); if ($i == "tokens") tok = $(i + 1) }
+            }
             /kernel categories, prefill/ { p = 1; next }
             /kernel categories, decode/ { p = 0 }
             p && / (GEMM|GEMV) / { gemm += $3 }
@@ -54,7 +56,9 @@ for round in $(seq 1 "$rounds"); do
             p && $1 == "conv1d" { conv = $2 }
             p && $1 == "attention" { attn = $2 }
             p && $1 == "other" { other = $2 }
-            END { printf "%-40s %5s %9s %9.1f %8s %8s %10s %8s  %s\n", run, round, ttft, gemm, gdn, conv, attn, other, tok }
+            END {
+                printf "%-40s %5s %9s %9.1f %8s %8s %10s %8s  %s\n", run, round, ttft, gemm, gdn, conv, attn, other, tok
+            }
         ' "$log"
     done
 done

@@ -243,11 +243,10 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&acc)[NT][4], const float
     warp_mma_3xtf32_two<NT, K, AR, AC, BR, BC, false>(acc, A, acc, A, B);
 }
 
-/* warp_mma_3xtf32_two's products (same operands, strides and accumulator layout) in 3xBF16 on m16n8k16 (x = hi + lo,
- * bf16 each: hi·hi + hi·lo + lo·hi keep about 16 bits, where 3xTF32 keeps about f32's 24, at twice tf32's
- * tensor-core rate per product): register r
- * of A holds row g + 8·(r % 2), elements k0 + 2t + 8·(r / 2) and the next; B's two hold column g, elements k0 + 2t
- * (+ 1) and k0 + 2t + 8 (+ 1). K a multiple of 16. */
+/* warp_mma_3xtf32_two's products (same operands, strides and accumulator layout) in 3xBF16 on m16n8k16: x = hi + lo,
+ * bf16 each, and hi·hi + hi·lo + lo·hi keep about 16 significant bits (3xTF32: about f32's precision) at twice tf32's
+ * tensor-core rate per mma. Register r of A holds row g + 8·(r % 2), elements k0 + 2t + 8·(r / 2) and the next; B's
+ * two hold column g, elements k0 + 2t (and + 1) and k0 + 2t + 8 (and + 9). K a multiple of 16. */
 template <int NT, int K, int AR, int AC, int BR, int BC, bool TWO>
 __device__ __forceinline__ void warp_mma_3xbf16_two(float (&acc)[NT][4], const float *A, float (&acc2)[NT][4],
                                                     const float *A2, const float *B) {
