@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "server/server.h"
+#include "util/common.h"
 
 typedef struct {
     qrt_worker *worker;
@@ -142,9 +143,7 @@ static void end_stream(void *cls) {
 /* Waits up to timeout_s for every streamed response to end: a stream cut at shutdown still sends its error event
  * and [DONE], which stopping the daemon first would drop with the connection. */
 static void wait_streams_ended(server *sv, double timeout_s) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)timeout_s;
+    const struct timespec deadline = qrt_deadline_after(timeout_s);
     pthread_mutex_lock(&sv->mu);
     while (sv->streams > 0 && pthread_cond_timedwait(&sv->streams_cv, &sv->mu, &deadline) == 0) {
     }

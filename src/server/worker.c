@@ -70,10 +70,7 @@ int qrt_job_streamed(const qrt_job *j) { return j->req.stream; }
 
 /* Wait on out_cv for at most 100 ms (w->mu held). */
 static void wait_a_while(qrt_worker *w) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += 100000000L;
-    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    const struct timespec t = qrt_deadline_after(0.1);
     pthread_cond_timedwait(&w->out_cv, &w->mu, &t);
 }
 
@@ -374,11 +371,7 @@ static void end_refused(qrt_job *j, int status, const char *message) {
 }
 
 void qrt_worker_drain(qrt_worker *w, double grace_s) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)grace_s;
-    deadline.tv_nsec += (long)((grace_s - (double)(time_t)grace_s) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    const struct timespec deadline = qrt_deadline_after(grace_s);
     pthread_mutex_lock(&w->mu);
     w->draining = 1;
     /* out_cv is broadcast at every append and at every job's end */

@@ -31,10 +31,7 @@ static void *tick(void *arg) {
         else
             fprintf(stderr, "\rprefill: %d prompt tokens, %.1f s", t->n_tokens, s);
         fflush(stderr);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 250 * 1000 * 1000;
-        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        const struct timespec until = qrt_deadline_after(0.25);
         pthread_cond_timedwait(&t->cv, &t->mu, &until);
     }
     fputs("\r\033[K", stderr); /* the line goes away; the summary after generation has the prefill time */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "qwenrt.h"
 
@@ -28,6 +29,8 @@ void *qrt_alloc_aligned(size_t bytes); /* 64-byte aligned, zeroed; free with fre
 
 /* Monotonic clock in milliseconds. */
 double qrt_now_ms(void);
+/* The CLOCK_REALTIME moment seconds from now: the deadline pthread_cond_timedwait takes. */
+struct timespec qrt_deadline_after(double seconds);
 
 #define QRT_TRY(expr)                 \
     do {                              \

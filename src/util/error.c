@@ -57,3 +57,13 @@ double qrt_now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
+
+struct timespec qrt_deadline_after(double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    const time_t whole = (time_t)seconds;
+    t.tv_sec += whole;
+    t.tv_nsec += (long)((seconds - (double)whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    return t;
+}
