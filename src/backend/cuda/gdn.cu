@@ -36,7 +36,8 @@
  *                       in two steps per chunk, copying each step's factors in while the step before computes. Its
  *                       state and outputs match the CPU's chunked form within f32 rounding, as variant 1's.
  *                       `2b` (QRT_GDN_VARIANT): the same kernels with every product in 3xBF16 on m16n8k16 (about
- *                       16 significant bits instead of 3xTF32's ~24, at half the tensor-core time per product).
+ *                       16 significant bits instead of 3xTF32's near-f32 precision, at half the tensor-core time
+ *                       per product).
  * Per token: q, k l2-normalised in f32 (eps inside the sum), q scaled by 1/sqrt(Dk),
  * g = -exp(A_log)·softplus(a + dt_bias), β = sigmoid(b); S ← S·e^g; δ = β(v − Sᵀk); S += k δᵀ; o = Sᵀq;
  * out = w · (o · rsqrt(mean(o²) + eps)) · silu(z). */

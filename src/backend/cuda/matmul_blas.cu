@@ -265,20 +265,25 @@ static int blas_candidate(void) {
     return i;
 }
 
+/* D = A · Bᵀ for shape e with algorithm algo, on the calling thread's default stream */
+static void blas_run(const blas_shape *e, const cublasLtMatmulAlgo_t *algo, const void *A, const void *B, void *D) {
+    const float one = 1.0f, zero = 0.0f;
+    QRT_BLAS_CHECK(cublasLtMatmul(blas_handle, blas_desc, &one, A, e->a, B, e->b, &zero, D, e->d, D, e->d, algo,
+                                  blas_workspace, BLAS_WORKSPACE_BYTES, cudaStreamPerThread));
+}
+
 /* The fastest of n candidates for e on the call's own operands (D is written; the call itself runs after): one
  * untimed run each, then two timed back to back. */
 static int blas_fastest(const blas_shape *e, const cublasLtMatmulHeuristicResult_t *res, int n, const void *A,
                         const void *B, void *D) {
     cudaEvent_t ev[2];
     for (int i = 0; i < 2; i++) QRT_CUDA_CHECK(cudaEventCreate(&ev[i]));
-    const float one = 1.0f, zero = 0.0f;
     int pick = 0;
     float best = 0.0f;
     for (int c = 0; c < n; c++) {
         for (int r = 0; r < 3; r++) {
             if (r == 1) QRT_CUDA_CHECK(cudaEventRecord(ev[0], cudaStreamPerThread));
-            QRT_BLAS_CHECK(cublasLtMatmul(blas_handle, blas_desc, &one, A, e->a, B, e->b, &zero, D, e->d, D, e->d,
-                                          &res[c].algo, blas_workspace, BLAS_WORKSPACE_BYTES, cudaStreamPerThread));
+            blas_run(e, &res[c].algo, A, B, D);
         }
         QRT_CUDA_CHECK(cudaEventRecord(ev[1], cudaStreamPerThread));
         QRT_CUDA_CHECK(cudaEventSynchronize(ev[1]));
@@ -351,9 +356,7 @@ static const blas_shape *blas_shape_for(int64_t rows, int64_t T, int64_t K, int6
 static void gemm(const __nv_bfloat16 *A, int64_t lda, int64_t rows, const __nv_bfloat16 *B, int64_t ldb, int T,
                  int64_t K, float *D, int64_t ldd) {
     const blas_shape *e = blas_shape_for(rows, T, K, lda, ldb, ldd, A, B, D);
-    const float one = 1.0f, zero = 0.0f;
-    QRT_BLAS_CHECK(cublasLtMatmul(blas_handle, blas_desc, &one, A, e->a, B, e->b, &zero, D, e->d, D, e->d, &e->algo,
-                                  blas_workspace, BLAS_WORKSPACE_BYTES, cudaStreamPerThread));
+    blas_run(e, &e->algo, A, B, D);
 }
 
 /* ---- one weight --------------------------------------------------------------------------------------- */
